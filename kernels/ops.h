@@ -1,0 +1,82 @@
+/*
+ * ops.h — the forward-pass ops with their CPU reference implementations (kernels/ops_cpu.c).
+ *
+ * Every GPU op in kernels/<family>.cu has the same contract as its CPU twin here, and a parity test
+ * compares the two (tests/cuda/). The CPU versions are the reference, the tests and the fallback:
+ * short flat loops, F32 accumulation, weights read in place (from the mmap) and converted on the fly.
+ *
+ * Weight matrices are row-major [rows = out_features][cols = in_features] as in torch.nn.Linear.
+ * FP8 E4M3 matrices carry one F32 scale per row: W[r][c] = e4m3(W8[r][c]) * scale[r].
+ */
+#ifndef THIN_OPS_H
+#define THIN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "thin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A weight matrix (or vector, rows = 1) as it lies in memory. */
+typedef struct thin_wmat {
+    const void *data;    /* rows × cols elements of dtype */
+    thin_dtype dtype;    /* F32, F16, BF16 or F8_E4M3 */
+    const float *scale;  /* F8_E4M3: rows per-row scales; NULL otherwise */
+    uint64_t rows;       /* out features */
+    uint64_t cols;       /* in features */
+} thin_wmat;
+
+/* Element (r, c) of W as float (scale applied). */
+float thin_wmat_get(const thin_wmat *w, uint64_t r, uint64_t c);
+
+/* out[0..cols) = E[token][:] (embedding gather). */
+void op_embed(float *out, const thin_wmat *E, uint64_t token);
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n; w is a vector of dtype w->dtype (rows = 1). */
+void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps);
+
+/* Fused residual add + RMSNorm: x[i] += h[i]; out = rmsnorm(x) * w. */
+void op_add_rmsnorm(float *x, const float *h, float *out, const thin_wmat *w, uint64_t n, float eps);
+
+/* Per-head RMSNorm (Qwen3 q_norm/k_norm): each of n_heads slices of head_dim is normalised in
+ * place and multiplied by w[0..head_dim). */
+void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t head_dim, float eps);
+
+/* y[r] = sum_c W[r][c] * x[c] for r in [r0, r1) (F32 accumulation). Threads split rows. */
+void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1);
+
+/* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within each head of head_dim,
+ * dims i and i + head_dim/2 rotate by angle pos * theta^(-2i/head_dim), i < head_dim/2.
+ * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. */
+void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float theta,
+             const float *inv_freq);
+
+/* Single-token grouped-query attention. q: n_heads × head_dim. Caches hold n_pos positions, each
+ * n_kv_heads × head_dim elements of kv_dtype (F32 or BF16), position p at p * kv_dim.
+ * Query head h uses KV head h / (n_heads / n_kv_heads). Scores scaled by 1/sqrt(head_dim),
+ * softmax over positions 0..n_pos-1 (causal: the caller passes n_pos = pos + 1).
+ * `scratch` holds at least n_pos floats. out: n_heads × head_dim. */
+void op_attention(float *out, const float *q, const void *kcache, const void *vcache,
+                  thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
+                  uint64_t n_pos, float *scratch);
+
+/* Stores k and v (kv_dim floats each) at position pos of the caches, converting to kv_dtype. */
+void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k, const float *v,
+                 uint64_t kv_dim, uint64_t pos);
+
+/* g[i] = silu(g[i]) * u[i]. */
+void op_silu_mul(float *g, const float *u, uint64_t n);
+
+/* x[i] += h[i]. */
+void op_add(float *x, const float *h, uint64_t n);
+
+/* Index of the largest value (lowest index wins ties). */
+uint64_t op_argmax(const float *x, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* THIN_OPS_H */

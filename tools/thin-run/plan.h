@@ -1,0 +1,86 @@
+/*
+ * plan.h — a model ready to run: hyperparameters from the manifest, and the execution tape compiled
+ * into a flat list of ops whose weights are resolved to pointers into the mapped file.
+ *
+ * The plan is backend-independent: the CPU backend (exec_cpu.c) and the CUDA backend
+ * (kernels/cuda_backend.cu) both execute it. Multi-GPU splitting follows each linear op's `split`.
+ */
+#ifndef THIN_PLAN_H
+#define THIN_PLAN_H
+
+#include <stdint.h>
+
+#include "ops.h"
+#include "thin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum plan_op_kind {
+    PLAN_EMBED = 1,        /* buf[out] = w[token] */
+    PLAN_RMSNORM = 2,      /* buf[out] = rmsnorm(buf[in]) * w */
+    PLAN_LINEAR = 3,       /* buf[out] = W buf[in] */
+    PLAN_HEAD_RMSNORM = 4, /* per-head rmsnorm of buf[in] in place */
+    PLAN_ROPE = 5,         /* rope of buf[in] in place at the current position */
+    PLAN_ATTENTION = 6,    /* store buf[k], buf[v] in layer's cache; buf[out] = attn(buf[q]) */
+    PLAN_ADD = 7,          /* buf[out] += buf[in] */
+    PLAN_SILU_MUL = 8,     /* buf[out] = silu(buf[out]) * buf[in] */
+} plan_op_kind;
+
+typedef enum plan_split {
+    PLAN_SPLIT_NONE = 0,
+    PLAN_SPLIT_COL = 1, /* output rows divide across devices */
+    PLAN_SPLIT_ROW = 2, /* input columns divide across devices; all-reduce of the output follows */
+} plan_split;
+
+typedef struct plan_op {
+    plan_op_kind kind;
+    int32_t layer;        /* -1 for global ops */
+    int32_t in, out;      /* buffer indices (-1 when unused) */
+    int32_t q, k, v;      /* ATTENTION: buffer indices */
+    thin_wmat w;          /* weight (EMBED, RMSNORM, LINEAR, HEAD_RMSNORM); data NULL otherwise */
+    const char *w_name;   /* tensor name, for messages */
+    thin_role w_role;
+    plan_split split;
+    float eps;            /* RMSNORM, HEAD_RMSNORM */
+    float theta;          /* ROPE */
+    const float *inv_freq;/* ROPE: head_dim/2 precomputed frequencies (rope scaling), or NULL */
+    uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads = heads in the buffer), ATTENTION */
+} plan_op;
+
+typedef struct plan_hparams {
+    uint32_t vocab_size, hidden_size, intermediate_size;
+    uint32_t n_layers, n_heads, n_kv_heads, head_dim;
+    uint32_t max_pos;     /* context limit: max_position_embeddings */
+    float rms_norm_eps, rope_theta;
+    int32_t bos_id;       /* -1 if none */
+    int32_t eos_ids[8];   /* -1 terminated */
+} plan_hparams;
+
+typedef struct plan {
+    plan_hparams hp;
+    uint32_t n_bufs;
+    char **buf_names;     /* n_bufs names */
+    uint64_t *buf_sizes;  /* floats per buffer */
+    int32_t logits_buf;   /* index of "logits" */
+    uint32_t n_ops;
+    plan_op *ops;
+    thin_dtype kv_dtype;  /* KV cache dtype (runtime default from the manifest, or --kv-dtype) */
+    uint64_t weight_bytes;/* bytes of distinct weights read per token */
+    void *owned_;         /* private: converted/decompressed copies, inv_freq tables */
+} plan;
+
+/* Builds a plan from an opened file: reads model.hparams and the tape, resolves every tensor (role,
+ * dtype, shape against the op), follows tied_to and scale links. Weights stay in the mapping when
+ * uncompressed; compressed ones are decompressed once into memory owned by the plan.
+ * On error returns a thin_status and writes a one-line message into err. */
+thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, size_t errlen);
+void plan_free(plan *p);
+/* Index of a buffer by name, or -1. */
+int32_t plan_buf(const plan *p, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* THIN_PLAN_H */
