@@ -1,0 +1,83 @@
+/*
+ * backend.h — the interface through which thin-run drives a backend (CPU or CUDA).
+ *
+ * A backend turns a plan (plan.h) into a session holding activations and the KV caches, then runs
+ * the tape for one or more consecutive positions. thin-run talks to every backend through
+ * `backend_ops`; the CPU one lives in exec_cpu.c, the CUDA one in kernels/cuda_backend.cu.
+ *
+ * Contract of the CUDA side (implemented in kernels/cuda_backend.cu, C linkage). All functions
+ * return 0 on success and -1 on failure; create writes a one-line message into err.
+ *
+ *   int  cuda_backend_available(void);   1 when a usable GPU is present, else 0
+ *   int  cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx,
+ *                            char *err, size_t errlen);
+ *          uploads the plan's weights, allocates buffers and KV caches (p->kv_dtype) for
+ *          max_ctx positions (max_ctx <= p->hp.max_pos).
+ *   int  cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+ *                             float *logits, int32_t *argmax);
+ *          runs tokens[0..n) at positions pos..pos+n-1 (pos + n <= max_ctx; n > 1 is a batched
+ *          prefill). logits: n × vocab floats on the host, or NULL (then only the last row is
+ *          kept on the device for cuda_session_sample). argmax: n ids (lowest index wins ties),
+ *          or NULL.
+ *   int  cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
+ *                            float coin, int32_t *token);
+ *          samples from the last row of logits left by forward, with the semantics of sampler.h
+ *          (temperature 0 = argmax); coin is a uniform number in [0, 1) drawn by the caller's
+ *          PRNG, so the CPU and GPU draw the same stream.
+ *   void cuda_session_free(cuda_session *s);   NULL allowed
+ */
+#ifndef THIN_BACKEND_H
+#define THIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A backend: a session is an opaque pointer owned by the backend. */
+typedef struct backend_ops {
+    const char *name; /* "cpu", "cuda" */
+    /* Creates a session for max_ctx positions; threads is a hint (0 = all cores). */
+    int (*create)(void **sess, const plan *p, uint32_t max_ctx, unsigned threads, char *err,
+                  size_t errlen);
+    /* Runs tokens[0..n) at positions pos..pos+n-1; logits (n × vocab) and argmax (n) may be NULL. */
+    int (*forward)(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
+                   int32_t *argmax);
+    void (*free)(void *sess);
+} backend_ops;
+
+/* The CPU backend (exec_cpu.c). */
+extern const backend_ops backend_cpu;
+
+/* The CUDA side is linked when the build has nvcc (THIN_HAVE_CUDA) and the CUDA backend source
+ * kernels/cuda_backend.cu is part of the tree; THIN_RUN_CUDA is then 1. */
+#if defined(THIN_HAVE_CUDA) && defined(__has_include)
+#if __has_include("cuda_backend.cu")
+#define THIN_RUN_CUDA 1
+#endif
+#endif
+
+typedef struct cuda_session cuda_session;
+
+int cuda_backend_available(void);
+int cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx, char *err,
+                        size_t errlen);
+int cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+                         float *logits, int32_t *argmax);
+int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
+                        float coin, int32_t *token);
+void cuda_session_free(cuda_session *s);
+
+#ifdef THIN_RUN_CUDA
+/* The CUDA backend wrapped as backend_ops (thin-run's main.c). */
+extern const backend_ops backend_cuda;
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* THIN_BACKEND_H */
