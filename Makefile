@@ -35,6 +35,9 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 
 # ---- flags ----
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+ifeq ($(CI),true)
+WERROR ?= 1
+endif
 ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
@@ -90,8 +93,25 @@ CUTESTS   := $(patsubst tests/cuda/%.c,$(B)/tests/cuda/%,$(CUTESTS_SRC))
 ALL_LINK  := $(TOOL_AS) $(KERN_A) $(CUDA_A) $(COMMON_A) $(LIBTHIN_A)
 ALL_LIBS  := $(PACK_LIBS) $(RUN_LIBS) $(LIBS) $(CUDA_LIBS)
 
-.PHONY: all lib tools tests check check-unit check-cli check-cuda fuzz install uninstall clean bench
+.PHONY: all lib tools tests check check-cuda fuzz install uninstall clean bench deps demo test
 all: banner lib tools tests
+
+# Debian packages needed to build and test (run as root, or with sudo).
+DEPS := build-essential pkg-config libzstd-dev libssl-dev libarchive-dev libcmocka-dev \
+        libjansson-dev libpcre2-dev zstd clang libclang-rt-14-dev valgrind zip python3
+deps:
+	@if dpkg -s $(DEPS) >/dev/null 2>&1; then echo "thin: dependencies present"; else \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEPS); fi
+
+# The main job on the bundled model: pack, inspect, quantize, verify and generate with stories260K.
+demo: all
+	$(Q)B=$(B) sh tests/demo.sh
+
+# Everything CI runs: the tests, the tests again under ASan+UBSan, and every fuzzer briefly.
+test: check
+	$(Q)$(MAKE) --no-print-directory SAN=1 check
+	$(Q)$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(or $(CI_FUZZ_SECONDS),20)
 
 banner:
 ifeq ($(HAVE_CUDA),1)
