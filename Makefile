@@ -30,6 +30,9 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || ( test -x $(CUDA_HOME)/bin/nvcc &
 ifeq ($(CUDA),0)
 NVCC :=
 endif
+ifeq ($(SAN),1)
+NVCC :=
+endif
 HAVE_CUDA := $(if $(NVCC),1,0)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 
