@@ -1,0 +1,295 @@
+/*
+ * ops_cpu.c — CPU reference implementations of the forward-pass ops (ops.h).
+ *
+ * Short flat loops with F32 accumulation. Weights are read where they lie (F32, F16, BF16, or
+ * F8_E4M3 with one F32 scale per row) and converted on the fly. op_matvec, where the time goes,
+ * has an AVX2/FMA path (the build targets x86-64-v3) and a portable scalar path.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define OPS_AVX2 1
+#endif
+
+/* ---- element conversions ---- */
+
+static inline float bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (exp == 0x1F) return bits_to_f32(sign | 0x7F800000u | (man << 13));
+    if (exp != 0) return bits_to_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    float v = (float)man * 0x1p-24f; /* subnormal or zero */
+    return sign ? -v : v;
+}
+
+/* E4M3FN decoded once: 256 values, index = byte. */
+static float e4m3_lut[256];
+static int e4m3_lut_ready;
+
+static float e4m3_decode(uint8_t b) {
+    uint32_t exp = (b >> 3) & 0xFu, man = b & 7u;
+    float v;
+    if (exp == 0xF && man == 7) v = NAN;
+    else if (exp == 0) v = (float)man * 0x1p-9f;
+    else v = ldexpf(1.0f + (float)man / 8.0f, (int)exp - 7);
+    return (b & 0x80) ? -v : v;
+}
+
+static const float *e4m3_table(void) {
+    /* Idempotent and racy only in the benign sense: every writer stores the same values. */
+    if (!__atomic_load_n(&e4m3_lut_ready, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < 256; i++) e4m3_lut[i] = e4m3_decode((uint8_t)i);
+        __atomic_store_n(&e4m3_lut_ready, 1, __ATOMIC_RELEASE);
+    }
+    return e4m3_lut;
+}
+
+float thin_wmat_get(const thin_wmat *w, uint64_t r, uint64_t c) {
+    uint64_t i = r * w->cols + c;
+    switch (w->dtype) {
+    case THIN_DTYPE_F32: return ((const float *)w->data)[i];
+    case THIN_DTYPE_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
+    case THIN_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case THIN_DTYPE_F8_E4M3: {
+        float s = w->scale ? w->scale[r] : 1.0f;
+        return e4m3_table()[((const uint8_t *)w->data)[i]] * s;
+    }
+    default: return NAN;
+    }
+}
+
+/* ---- embedding, norms ---- */
+
+void op_embed(float *out, const thin_wmat *E, uint64_t token) {
+    for (uint64_t c = 0; c < E->cols; c++) out[c] = thin_wmat_get(E, token, c);
+}
+
+static float inv_rms(const float *x, uint64_t n, float eps) {
+    float ss = 0.0f;
+    for (uint64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
+void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps) {
+    float s = inv_rms(x, n, eps);
+    for (uint64_t i = 0; i < n; i++) out[i] = thin_wmat_get(w, 0, i) * (s * x[i]);
+}
+
+void op_add_rmsnorm(float *x, const float *h, float *out, const thin_wmat *w, uint64_t n,
+                    float eps) {
+    op_add(x, h, n);
+    op_rmsnorm(out, x, w, n, eps);
+}
+
+void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t head_dim,
+                     float eps) {
+    for (uint64_t h = 0; h < n_heads; h++) {
+        float *xh = x + h * head_dim;
+        op_rmsnorm(xh, xh, w, head_dim, eps);
+    }
+}
+
+/* ---- matrix-vector product ---- */
+
+#ifdef OPS_AVX2
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Loads 8 weights of row w (dtype dt) at column c as floats. E4M3 is widened exactly to F16
+ * (its exponent bias 7 vs 15 makes the F16 value 2^-8 times the E4M3 value; the caller scales
+ * by 2^8); E4M3 NaN codes, which quantizers never write, read as 480. */
+static inline __m256 load8(const void *w, thin_dtype dt, uint64_t c) {
+    switch (dt) {
+    case THIN_DTYPE_F32: return _mm256_loadu_ps((const float *)w + c);
+    case THIN_DTYPE_BF16: {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + c));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case THIN_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + c)));
+    default: { /* F8_E4M3 */
+        __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)w + c));
+        __m128i x = _mm_cvtepu8_epi16(b);
+        __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
+        __m128i mag = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7F)), 7);
+        return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+    }
+    }
+}
+
+static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    uint64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        a0 = _mm256_fmadd_ps(load8(row, dt, c), _mm256_loadu_ps(x + c), a0);
+        a1 = _mm256_fmadd_ps(load8(row, dt, c + 8), _mm256_loadu_ps(x + c + 8), a1);
+    }
+    for (; c + 8 <= n; c += 8) a0 = _mm256_fmadd_ps(load8(row, dt, c), _mm256_loadu_ps(x + c), a0);
+    float s = hsum8(_mm256_add_ps(a0, a1));
+    float k = dt == THIN_DTYPE_F8_E4M3 ? 0x1p-8f : 1.0f; /* undo the 2^8 of the tail below */
+    for (; c < n; c++) {
+        float wv;
+        switch (dt) {
+        case THIN_DTYPE_F32: wv = ((const float *)row)[c]; break;
+        case THIN_DTYPE_BF16: wv = bf16_to_f32(((const uint16_t *)row)[c]); break;
+        case THIN_DTYPE_F16: wv = f16_to_f32(((const uint16_t *)row)[c]); break;
+        default: wv = e4m3_table()[((const uint8_t *)row)[c]]; break;
+        }
+        s += wv * k * x[c];
+    }
+    return s;
+}
+#else
+static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
+    float s = 0.0f;
+    switch (dt) {
+    case THIN_DTYPE_F32:
+        for (uint64_t c = 0; c < n; c++) s += ((const float *)row)[c] * x[c];
+        break;
+    case THIN_DTYPE_BF16:
+        for (uint64_t c = 0; c < n; c++) s += bf16_to_f32(((const uint16_t *)row)[c]) * x[c];
+        break;
+    case THIN_DTYPE_F16:
+        for (uint64_t c = 0; c < n; c++) s += f16_to_f32(((const uint16_t *)row)[c]) * x[c];
+        break;
+    default: {
+        const float *lut = e4m3_table();
+        for (uint64_t c = 0; c < n; c++) s += lut[((const uint8_t *)row)[c]] * x[c];
+        break;
+    }
+    }
+    return s;
+}
+#endif
+
+void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
+    size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    const uint8_t *base = (const uint8_t *)W->data;
+    float k = 1.0f;
+#ifdef OPS_AVX2
+    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* see load8 */
+#endif
+    for (uint64_t r = r0; r < r1; r++) {
+        float s = dot_row(base + r * W->cols * esz, W->dtype, x, W->cols);
+        if (W->dtype == THIN_DTYPE_F8_E4M3) s *= k * (W->scale ? W->scale[r] : 1.0f);
+        y[r] = s;
+    }
+}
+
+/* ---- position encoding ---- */
+
+void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float theta,
+             const float *inv_freq) {
+    uint64_t half = head_dim / 2;
+    for (uint64_t i = 0; i < half; i++) {
+        double f = inv_freq ? (double)inv_freq[i]
+                            : pow((double)theta, -2.0 * (double)i / (double)head_dim);
+        double a = (double)pos * f;
+        float c = (float)cos(a), s = (float)sin(a);
+        for (uint64_t h = 0; h < n_heads; h++) {
+            float *xh = x + h * head_dim;
+            float x0 = xh[i], x1 = xh[i + half];
+            xh[i] = x0 * c - x1 * s;
+            xh[i + half] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* ---- attention ---- */
+
+void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k, const float *v,
+                 uint64_t kv_dim, uint64_t pos) {
+    uint64_t o = pos * kv_dim;
+    if (kv_dtype == THIN_DTYPE_BF16) {
+        uint16_t *kc = (uint16_t *)kcache + o, *vc = (uint16_t *)vcache + o;
+        for (uint64_t i = 0; i < kv_dim; i++) {
+            kc[i] = f32_to_bf16(k[i]);
+            vc[i] = f32_to_bf16(v[i]);
+        }
+    } else {
+        memcpy((float *)kcache + o, k, kv_dim * sizeof(float));
+        memcpy((float *)vcache + o, v, kv_dim * sizeof(float));
+    }
+}
+
+static inline float kv_at(const void *cache, thin_dtype dt, uint64_t i) {
+    return dt == THIN_DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)cache)[i])
+                                 : ((const float *)cache)[i];
+}
+
+static void softmax(float *x, uint64_t n) {
+    float mx = x[0];
+    for (uint64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (uint64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    for (uint64_t i = 0; i < n; i++) x[i] /= sum;
+}
+
+void op_attention(float *out, const float *q, const void *kcache, const void *vcache,
+                  thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
+                  uint64_t n_pos, float *scratch) {
+    uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    for (uint64_t h = 0; h < n_heads; h++) {
+        const float *qh = q + h * head_dim;
+        uint64_t kvo = (h / group) * head_dim;
+        for (uint64_t t = 0; t < n_pos; t++) {
+            uint64_t base = t * kv_dim + kvo;
+            float s = 0.0f;
+            for (uint64_t i = 0; i < head_dim; i++) s += qh[i] * kv_at(kcache, kv_dtype, base + i);
+            scratch[t] = s * scale;
+        }
+        softmax(scratch, n_pos);
+        float *oh = out + h * head_dim;
+        memset(oh, 0, head_dim * sizeof(float));
+        for (uint64_t t = 0; t < n_pos; t++) {
+            uint64_t base = t * kv_dim + kvo;
+            float a = scratch[t];
+            for (uint64_t i = 0; i < head_dim; i++) oh[i] += a * kv_at(vcache, kv_dtype, base + i);
+        }
+    }
+}
+
+/* ---- elementwise ---- */
+
+void op_silu_mul(float *g, const float *u, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void op_add(float *x, const float *h, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] += h[i];
+}
+
+uint64_t op_argmax(const float *x, uint64_t n) {
+    uint64_t best = 0;
+    for (uint64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
