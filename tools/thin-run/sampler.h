@@ -1,0 +1,44 @@
+/*
+ * sampler.h — choosing the next token from a row of logits.
+ *
+ * Greedy (temperature 0) takes the largest logit, the lowest index winning ties. Otherwise the
+ * logits are divided by the temperature and turned into probabilities (softmax); top-k keeps the
+ * k most likely tokens, then top-p keeps the smallest most-likely prefix whose mass reaches p (both
+ * renormalise), and a uniform draw picks a token. The draws come from the sampler's own PRNG
+ * (splitmix64 seeded by `seed`), so a seed gives the same tokens on every machine.
+ */
+#ifndef THIN_SAMPLER_H
+#define THIN_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct sampler_cand {
+    float p;    /* probability */
+    int32_t id; /* token id */
+} sampler_cand;
+
+typedef struct sampler {
+    uint32_t vocab;
+    float temperature; /* 0 = greedy */
+    uint32_t top_k;    /* 0 = off */
+    float top_p;       /* 1 = off */
+    uint64_t rng;      /* PRNG state */
+    sampler_cand *cand;/* vocab candidates (scratch) */
+} sampler;
+
+/* Sets up a sampler; returns 0, or -1 when out of memory or a parameter is out of range
+ * (temperature < 0, top_p not in (0, 1]). */
+int sampler_init(sampler *s, uint32_t vocab, float temperature, uint32_t top_k, float top_p,
+                 uint64_t seed);
+void sampler_free(sampler *s);
+
+/* Next uniform float in [0, 1) from the sampler's PRNG (24 random bits). */
+float sampler_coin(sampler *s);
+
+/* Picks a token from logits (vocab floats; not modified) using `coin` in [0, 1) as the draw. */
+int32_t sampler_pick(sampler *s, const float *logits, float coin);
+
+/* Picks a token, drawing the coin from the PRNG (greedy draws none). */
+int32_t sampler_sample(sampler *s, const float *logits);
+
+#endif /* THIN_SAMPLER_H */
