@@ -1,0 +1,438 @@
+/* arch.c — config.json -> model hyperparameters and execution tape (see arch.h, SPEC.md §8, §10). */
+#include "arch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "roles.h"
+
+typedef struct hp {
+    int64_t vocab, hidden, inter, n_layers, n_heads, n_kv, head_dim, max_pos;
+    double eps, theta;
+    json_t *rope_scaling; /* borrowed from the config; NULL or JSON null when absent */
+    int tie;
+    unsigned char *rope;  /* n_layers flags: 1 = the layer applies RoPE */
+} hp;
+
+typedef struct ctx {
+    const json_t *config;
+    const char *family;
+    arch_lookup_fn lookup;
+    void *user;
+    arch_warn_fn warn;
+    void *warn_user;
+} ctx;
+
+static void warnf(const ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(const ctx *c, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->warn)
+        c->warn(c->warn_user, msg);
+}
+
+const char *arch_family(const char *a)
+{
+    static const struct { const char *arch, *family; } t[] = {
+        {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
+        {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
+        {"Qwen3ForCausalLM", "qwen3"},
+    };
+    for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(a, t[i].arch) == 0)
+            return t[i].family;
+    return "unknown";
+}
+
+/* Integer member: 0 when present and in [lo, hi] (or absent with a default), else -1. */
+static int get_int(const ctx *c, const char *key, int64_t lo, int64_t hi, int have_def,
+                   int64_t def, int64_t *out)
+{
+    const json_t *v = json_object_get(c->config, key);
+    if (!v || json_is_null(v)) {
+        if (!have_def)
+            warnf(c, "config.json: missing %s", key);
+        *out = def;
+        return have_def ? 0 : -1;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        warnf(c, "config.json: %s is not an integer in [%lld, %lld]", key, (long long)lo,
+              (long long)hi);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int get_real(const ctx *c, const char *key, double def, double *out)
+{
+    const json_t *v = json_object_get(c->config, key);
+    *out = def;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v) || json_number_value(v) <= 0) {
+        warnf(c, "config.json: %s is not a positive number", key);
+        return -1;
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* Which layers apply RoPE: SmolLM3's no_rope_layers, or its no_rope_layer_interval; else all. */
+static int rope_layers(const ctx *c, hp *h)
+{
+    h->rope = malloc((size_t)h->n_layers);
+    if (!h->rope)
+        return -1;
+    memset(h->rope, 1, (size_t)h->n_layers);
+    if (strcmp(c->family, "smollm3") != 0)
+        return 0;
+    const json_t *nr = json_object_get(c->config, "no_rope_layers");
+    if (json_is_array(nr)) {
+        if ((int64_t)json_array_size(nr) != h->n_layers) {
+            warnf(c, "config.json: no_rope_layers has %zu entries for %lld layers",
+                  json_array_size(nr), (long long)h->n_layers);
+            return -1;
+        }
+        for (int64_t l = 0; l < h->n_layers; l++) {
+            const json_t *v = json_array_get(nr, (size_t)l);
+            if (!json_is_integer(v) && !json_is_boolean(v)) {
+                warnf(c, "config.json: no_rope_layers[%lld] is not 0 or 1", (long long)l);
+                return -1;
+            }
+            h->rope[l] = json_is_integer(v) ? json_integer_value(v) != 0 : json_is_true(v);
+        }
+        return 0;
+    }
+    int64_t every;
+    if (get_int(c, "no_rope_layer_interval", 1, 1 << 20, 1, 4, &every))
+        return -1;
+    for (int64_t l = 0; l < h->n_layers; l++)
+        h->rope[l] = (l + 1) % every != 0;
+    return 0;
+}
+
+static int read_hparams(const ctx *c, hp *h)
+{
+    const int64_t big = (int64_t)1 << 32;
+    if (get_int(c, "vocab_size", 1, big, 0, 0, &h->vocab) ||
+        get_int(c, "hidden_size", 1, big, 0, 0, &h->hidden) ||
+        get_int(c, "intermediate_size", 1, big, 0, 0, &h->inter) ||
+        get_int(c, "num_hidden_layers", 1, 1 << 16, 0, 0, &h->n_layers) ||
+        get_int(c, "num_attention_heads", 1, 1 << 16, 0, 0, &h->n_heads) ||
+        get_int(c, "num_key_value_heads", 1, h->n_heads, 1, h->n_heads, &h->n_kv) ||
+        get_int(c, "head_dim", 1, 1 << 16, 1, h->hidden / h->n_heads, &h->head_dim) ||
+        get_int(c, "max_position_embeddings", 1, big, 1, 2048, &h->max_pos) ||
+        get_real(c, "rms_norm_eps", 1e-6, &h->eps) || get_real(c, "rope_theta", 10000.0, &h->theta))
+        return -1;
+    if (h->n_heads % h->n_kv != 0) {
+        warnf(c, "config.json: %lld attention heads do not divide into %lld KV heads",
+              (long long)h->n_heads, (long long)h->n_kv);
+        return -1;
+    }
+    if (h->head_dim == 0 || h->head_dim % 2 != 0) {
+        warnf(c, "config.json: head_dim %lld is not a positive even number", (long long)h->head_dim);
+        return -1;
+    }
+    h->rope_scaling = json_object_get(c->config, "rope_scaling");
+    const json_t *tie = json_object_get(c->config, "tie_word_embeddings");
+    h->tie = tie ? json_is_true(tie) : strcmp(c->family, "smollm3") == 0;
+    return rope_layers(c, h);
+}
+
+static json_t *id_list(const json_t *v)
+{
+    if (json_is_integer(v))
+        return json_pack("[O]", v);
+    if (json_is_array(v))
+        return json_deep_copy(v);
+    return json_array();
+}
+
+static json_t *hparams_json(const ctx *c, const hp *h)
+{
+    json_t *bos = json_object_get(c->config, "bos_token_id");
+    json_t *o = json_pack(
+        "{sI sI sI sI sI sI sI sI sf sf sO sb sO so}", "vocab_size", (json_int_t)h->vocab,
+        "hidden_size", (json_int_t)h->hidden, "intermediate_size", (json_int_t)h->inter,
+        "n_layers", (json_int_t)h->n_layers, "n_heads", (json_int_t)h->n_heads, "n_kv_heads",
+        (json_int_t)h->n_kv, "head_dim", (json_int_t)h->head_dim, "max_position_embeddings",
+        (json_int_t)h->max_pos, "rms_norm_eps", h->eps, "rope_theta", h->theta, "rope_scaling",
+        h->rope_scaling ? h->rope_scaling : json_null(), "tie_word_embeddings", h->tie,
+        "bos_token_id", json_is_integer(bos) ? bos : json_null(), "eos_token_id",
+        id_list(json_object_get(c->config, "eos_token_id")));
+    if (o && strcmp(c->family, "smollm3") == 0) {
+        json_t *nr = json_array();
+        for (int64_t l = 0; nr && l < h->n_layers; l++)
+            json_array_append_new(nr, json_integer(h->rope[l]));
+        json_object_set_new(o, "no_rope_layers", nr);
+    }
+    return o;
+}
+
+/* Checks that tensor `role` of `layer` exists with the expected 1-D or 2-D shape. */
+static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, uint64_t cols)
+{
+    char name[128];
+    uint32_t rank = 0;
+    uint64_t shape[THIN_MAX_RANK];
+    if (roles_name(role, layer, name, sizeof name))
+        snprintf(name, sizeof name, "%s", thin_role_name(role));
+    if (!c->lookup(c->user, name, &rank, shape)) {
+        warnf(c, "no execution tape: tensor %s is missing", name);
+        return -1;
+    }
+    int ok = cols == 0 ? rank == 1 && shape[0] == rows
+                       : rank == 2 && shape[0] == rows && shape[1] == cols;
+    if (!ok) {
+        warnf(c, "no execution tape: tensor %s has shape %s[%llu, %llu], config.json implies "
+              "[%llu%s%llu]", name, rank == 2 ? "" : "(rank mismatch) ",
+              (unsigned long long)(rank > 0 ? shape[0] : 0),
+              (unsigned long long)(rank > 1 ? shape[1] : 0), (unsigned long long)rows,
+              cols ? ", " : "", (unsigned long long)cols);
+        return -1;
+    }
+    return 0;
+}
+
+static int has_name(const ctx *c, const char *fmt, int32_t layer)
+{
+    char name[128];
+    uint32_t rank;
+    uint64_t shape[THIN_MAX_RANK];
+    snprintf(name, sizeof name, fmt, (int)layer);
+    return c->lookup(c->user, name, &rank, shape);
+}
+
+/* Layer-level features the tape cannot express. Returns 0 when the layer is plain. */
+static int check_layer_features(const ctx *c, int32_t l, int *qk_norm)
+{
+    static const char *const bias[] = {
+        "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
+        "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.bias",
+        "model.layers.%d.mlp.gate_proj.bias",    "model.layers.%d.mlp.up_proj.bias",
+        "model.layers.%d.mlp.down_proj.bias",
+    };
+    for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+        if (has_name(c, bias[i], l)) {
+            warnf(c, "no execution tape: layer %d has projection biases, which tape version 1 "
+                  "cannot express", (int)l);
+            return -1;
+        }
+    if (has_name(c, "model.layers.%d.self_attn.qkv_proj.weight", l) ||
+        has_name(c, "model.layers.%d.mlp.gate_up_proj.weight", l)) {
+        warnf(c, "no execution tape: layer %d has fused qkv/gate_up weights", (int)l);
+        return -1;
+    }
+    int qn = has_name(c, "model.layers.%d.self_attn.q_norm.weight", l);
+    int kn = has_name(c, "model.layers.%d.self_attn.k_norm.weight", l);
+    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0)) {
+        warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
+              c->family);
+        return -1;
+    }
+    *qk_norm = qn;
+    return 0;
+}
+
+static int check_tensors(const ctx *c, const hp *h, int *qk_norm, int *tie_lm_head)
+{
+    uint64_t qd = (uint64_t)h->n_heads * (uint64_t)h->head_dim;
+    uint64_t kvd = (uint64_t)h->n_kv * (uint64_t)h->head_dim;
+    uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->inter, hd = (uint64_t)h->head_dim;
+    int any_qk = -1;
+    for (int32_t l = 0; l < h->n_layers; l++) {
+        int qk;
+        if (check_layer_features(c, l, &qk))
+            return -1;
+        if (any_qk >= 0 && qk != any_qk) {
+            warnf(c, "no execution tape: q/k norms present in some layers only");
+            return -1;
+        }
+        any_qk = qk;
+        if (expect(c, THIN_ROLE_ATTN_NORM, l, d, 0) || expect(c, THIN_ROLE_Q, l, qd, d) ||
+            expect(c, THIN_ROLE_K, l, kvd, d) || expect(c, THIN_ROLE_V, l, kvd, d) ||
+            expect(c, THIN_ROLE_O, l, d, qd) || expect(c, THIN_ROLE_FFN_NORM, l, d, 0) ||
+            expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d) ||
+            expect(c, THIN_ROLE_DOWN, l, d, f) ||
+            (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))))
+            return -1;
+    }
+    *qk_norm = any_qk == 1;
+    if (expect(c, THIN_ROLE_EMBEDDING, -1, (uint64_t)h->vocab, d) ||
+        expect(c, THIN_ROLE_FINAL_NORM, -1, d, 0))
+        return -1;
+    uint32_t rank;
+    uint64_t shape[THIN_MAX_RANK];
+    *tie_lm_head = 0;
+    if (!c->lookup(c->user, "lm_head.weight", &rank, shape)) {
+        if (!h->tie) {
+            warnf(c, "no execution tape: no lm_head.weight and tie_word_embeddings is false");
+            return -1;
+        }
+        *tie_lm_head = 1;
+        return 0;
+    }
+    return expect(c, THIN_ROLE_LM_HEAD, -1, (uint64_t)h->vocab, d);
+}
+
+/* ---- tape ---- */
+
+static int push(json_t *ops, json_t *op)
+{
+    return op ? json_array_append_new(ops, op) : -1;
+}
+
+static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, const char *out,
+                       const char *split)
+{
+    char w[128];
+    if (roles_name(role, l, w, sizeof w))
+        return -1;
+    json_t *op = json_pack("{ss ss ss ss ss}", "op", "linear", "w", w, "in", in, "out", out,
+                           "split", split);
+    if (op && l >= 0)
+        json_object_set_new(op, "layer", json_integer(l));
+    return push(ops, op);
+}
+
+static int push_rmsnorm(json_t *ops, thin_role role, int32_t l, double eps)
+{
+    char w[128];
+    if (roles_name(role, l, w, sizeof w))
+        return -1;
+    json_t *op = json_pack("{ss ss ss ss sf}", "op", "rmsnorm", "w", w, "in", "x", "out", "h",
+                           "eps", eps);
+    if (op && l >= 0)
+        json_object_set_new(op, "layer", json_integer(l));
+    return push(ops, op);
+}
+
+static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
+{
+    json_t *op = json_pack("{ss ss sI sf si}", "op", "rope", "in", buf, "head_dim",
+                           (json_int_t)h->head_dim, "theta", h->theta, "layer", (int)l);
+    if (op && json_is_object(h->rope_scaling))
+        json_object_set_new(op, "scaling", json_deep_copy(h->rope_scaling));
+    return push(ops, op);
+}
+
+static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm)
+{
+    char w[128];
+    int rc = push_rmsnorm(ops, THIN_ROLE_ATTN_NORM, l, h->eps) ||
+             push_linear(ops, THIN_ROLE_Q, l, "h", "q", "col") ||
+             push_linear(ops, THIN_ROLE_K, l, "h", "k", "col") ||
+             push_linear(ops, THIN_ROLE_V, l, "h", "v", "col");
+    for (int i = 0; !rc && qk_norm && i < 2; i++) {
+        rc = roles_name(i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w) ||
+             push(ops, json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
+                                 i ? "k" : "q", "head_dim", (json_int_t)h->head_dim, "eps",
+                                 h->eps, "layer", (int)l));
+    }
+    if (!rc && h->rope[l])
+        rc = push_rope(ops, h, l, "q") || push_rope(ops, h, l, "k");
+    return rc ||
+           push(ops, json_pack("{ss ss ss ss ss si sI sI sI}", "op", "attention", "q", "q", "k",
+                               "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
+                               (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
+                               "head_dim", (json_int_t)h->head_dim)) ||
+           push_linear(ops, THIN_ROLE_O, l, "att", "h", "row") ||
+           push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
+}
+
+static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
+{
+    return push_rmsnorm(ops, THIN_ROLE_FFN_NORM, l, h->eps) ||
+           push_linear(ops, THIN_ROLE_GATE, l, "h", "g", "col") ||
+           push_linear(ops, THIN_ROLE_UP, l, "h", "u", "col") ||
+           push(ops, json_pack("{ss ss ss}", "op", "silu_mul", "in", "u", "out", "g")) ||
+           push_linear(ops, THIN_ROLE_DOWN, l, "g", "h", "row") ||
+           push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
+}
+
+static json_t *build_tape(const hp *h, int qk_norm)
+{
+    json_int_t qd = (json_int_t)(h->n_heads * h->head_dim);
+    json_int_t kvd = (json_int_t)(h->n_kv * h->head_dim);
+    json_t *ops = json_array();
+    json_t *tape = json_pack("{si s{sI sI sI sI sI sI sI sI sI} so}", "version", 1, "buffers",
+                             "x", (json_int_t)h->hidden, "h", (json_int_t)h->hidden, "q", qd,
+                             "k", kvd, "v", kvd, "att", qd, "g", (json_int_t)h->inter, "u",
+                             (json_int_t)h->inter, "logits", (json_int_t)h->vocab, "ops", ops);
+    if (!tape)
+        return NULL;
+    int rc = push(ops, json_pack("{ss ss ss}", "op", "embed", "w", "model.embed_tokens.weight",
+                                 "out", "x"));
+    for (int32_t l = 0; !rc && l < h->n_layers; l++)
+        rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);
+    rc = rc || push_rmsnorm(ops, THIN_ROLE_FINAL_NORM, -1, h->eps) ||
+         push_linear(ops, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col");
+    if (rc) {
+        json_decref(tape);
+        return NULL;
+    }
+    return tape;
+}
+
+static int check_act(const ctx *c)
+{
+    const json_t *act = json_object_get(c->config, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
+        warnf(c, "no execution tape: hidden_act is not \"silu\"");
+        return -1;
+    }
+    return 0;
+}
+
+int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_warn_fn warn,
+               void *warn_user, arch_model *out)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *archs = json_object_get(config, "architectures");
+    const json_t *a0 = json_array_get(archs, 0);
+    out->architecture = json_is_string(a0) ? json_string_value(a0) : "unknown";
+    out->family = arch_family(out->architecture);
+    ctx c = {config, out->family, lookup, user, warn, warn_user};
+    uint32_t rank;
+    uint64_t shape[THIN_MAX_RANK];
+    int has_head = lookup(user, "lm_head.weight", &rank, shape);
+    int has_embed = lookup(user, "model.embed_tokens.weight", &rank, shape);
+    out->tie_lm_head = json_is_true(json_object_get(config, "tie_word_embeddings")) &&
+                       !has_head && has_embed;
+    hp h;
+    memset(&h, 0, sizeof h);
+    int supported = strcmp(out->family, "unknown") != 0;
+    if (!supported)
+        warnf(&c, "architecture %s is not supported: packed without an execution tape",
+              out->architecture);
+    if (read_hparams(&c, &h) == 0) {
+        out->tie_lm_head = h.tie && !has_head && has_embed;
+        out->hparams = hparams_json(&c, &h);
+        int qk = 0, tie = 0, oom = !out->hparams;
+        if (!oom && supported && check_act(&c) == 0 && check_tensors(&c, &h, &qk, &tie) == 0)
+            oom = !(out->tape = build_tape(&h, qk));
+        if (oom) {
+            free(h.rope);
+            arch_model_free(out);
+            return -1;
+        }
+    } else if (supported)
+        warnf(&c, "no execution tape: config.json lacks the hyperparameters of %s",
+              out->architecture);
+    free(h.rope);
+    return 0;
+}
+
+void arch_model_free(arch_model *m)
+{
+    json_decref(m->hparams);
+    json_decref(m->tape);
+    memset(m, 0, sizeof *m);
+}

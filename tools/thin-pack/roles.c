@@ -1,0 +1,124 @@
+/* roles.c — tensor name -> role + layer (see roles.h). */
+#include "roles.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *suffix; /* after "model.layers.N." */
+    thin_role role;
+} layer_names[] = {
+    {"self_attn.q_proj", THIN_ROLE_Q},
+    {"self_attn.k_proj", THIN_ROLE_K},
+    {"self_attn.v_proj", THIN_ROLE_V},
+    {"self_attn.o_proj", THIN_ROLE_O},
+    {"self_attn.qkv_proj", THIN_ROLE_QKV},
+    {"mlp.gate_proj", THIN_ROLE_GATE},
+    {"mlp.up_proj", THIN_ROLE_UP},
+    {"mlp.gate_up_proj", THIN_ROLE_GATE_UP},
+    {"mlp.down_proj", THIN_ROLE_DOWN},
+    {"input_layernorm", THIN_ROLE_ATTN_NORM},
+    {"post_attention_layernorm", THIN_ROLE_FFN_NORM},
+    {"self_attn.q_norm", THIN_ROLE_Q_NORM},
+    {"self_attn.k_norm", THIN_ROLE_K_NORM},
+};
+#define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
+
+static const struct {
+    const char *stem; /* without ".weight" */
+    thin_role role;
+} global_names[] = {
+    {"model.embed_tokens", THIN_ROLE_EMBEDDING},
+    {"model.norm", THIN_ROLE_FINAL_NORM},
+    {"lm_head", THIN_ROLE_LM_HEAD},
+};
+#define N_GLOBAL_NAMES (sizeof global_names / sizeof global_names[0])
+
+static int ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* Parses "model.layers.N." at the start of name: returns N (>= 0) and the rest, or -1. */
+static int32_t layer_prefix(const char *name, const char **rest)
+{
+    static const char pre[] = "model.layers.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return -1;
+    const char *p = name + sizeof pre - 1;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    long v = 0;
+    while (*p >= '0' && *p <= '9') {
+        v = v * 10 + (*p++ - '0');
+        if (v > INT32_MAX / 2)
+            return -1;
+    }
+    if (*p != '.')
+        return -1;
+    *rest = p + 1;
+    return (int32_t)v;
+}
+
+/* Role of "stem" (a name without its last component), or -1. */
+static int stem_role(const char *stem, size_t n, int32_t *layer)
+{
+    const char *rest;
+    *layer = -1;
+    for (size_t i = 0; i < N_GLOBAL_NAMES; i++)
+        if (strlen(global_names[i].stem) == n && memcmp(stem, global_names[i].stem, n) == 0)
+            return global_names[i].role;
+    int32_t l = layer_prefix(stem, &rest);
+    if (l < 0)
+        return -1;
+    *layer = l;
+    size_t rn = n - (size_t)(rest - stem);
+    for (size_t i = 0; i < N_LAYER_NAMES; i++)
+        if (strlen(layer_names[i].suffix) == rn && memcmp(rest, layer_names[i].suffix, rn) == 0)
+            return layer_names[i].role;
+    return -1;
+}
+
+roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
+{
+    size_t n = strlen(name);
+    const char *rest;
+    int32_t l = layer_prefix(name, &rest);
+    *role = THIN_ROLE_OTHER;
+    *layer = l;
+    int r;
+    if (ends_with(name, n, ".weight.scale")) {
+        r = stem_role(name, n - strlen(".weight.scale"), &l);
+        if (r >= 0 && r != THIN_ROLE_SCALE) {
+            *role = THIN_ROLE_SCALE;
+            return ROLES_KNOWN;
+        }
+        return ROLES_UNKNOWN;
+    }
+    if (ends_with(name, n, ".weight")) {
+        r = stem_role(name, n - strlen(".weight"), &l);
+        if (r >= 0) {
+            *role = (thin_role)r;
+            return ROLES_KNOWN;
+        }
+        return ROLES_UNKNOWN;
+    }
+    if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l) >= 0)
+        return ROLES_BIAS;
+    return ROLES_UNKNOWN;
+}
+
+int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
+{
+    int n = -1;
+    for (size_t i = 0; i < N_GLOBAL_NAMES; i++)
+        if (global_names[i].role == role)
+            n = snprintf(buf, cap, "%s.weight", global_names[i].stem);
+    for (size_t i = 0; n < 0 && i < N_LAYER_NAMES; i++)
+        if (layer_names[i].role == role && layer >= 0)
+            n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer,
+                         layer_names[i].suffix);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
