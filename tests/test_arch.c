@@ -1,0 +1,246 @@
+/* test_arch.c — config.json -> hparams and execution tape (SPEC.md §8, §10). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../tools/thin-pack/arch.h"
+
+/* A fake tensor set: object name -> shape array. */
+static int lookup(void *user, const char *name, uint32_t *rank, uint64_t shape[THIN_MAX_RANK])
+{
+    const json_t *s = json_object_get(user, name);
+    if (!s)
+        return 0;
+    *rank = (uint32_t)json_array_size(s);
+    for (size_t i = 0; i < *rank; i++)
+        shape[i] = (uint64_t)json_integer_value(json_array_get(s, i));
+    return 1;
+}
+
+static char last_warning[512];
+static int n_warnings;
+static void on_warn(void *user, const char *msg)
+{
+    snprintf(last_warning, sizeof last_warning, "%s", msg);
+    n_warnings++;
+    (void)user;
+}
+
+static void put(json_t *set, const char *name, long long r, long long c)
+{
+    json_object_set_new(set, name, c ? json_pack("[II]", r, c) : json_pack("[I]", r));
+}
+
+/* Tensors of a Llama-family model with the given sizes. */
+static json_t *llama_tensors(int layers, long long d, long long f, long long heads, long long kv,
+                             long long hd, long long vocab, int lm_head, int qk_norm)
+{
+    json_t *s = json_object();
+    char n[128];
+    put(s, "model.embed_tokens.weight", vocab, d);
+    put(s, "model.norm.weight", d, 0);
+    if (lm_head)
+        put(s, "lm_head.weight", vocab, d);
+    for (int l = 0; l < layers; l++) {
+#define P(suffix, r, c) (snprintf(n, sizeof n, "model.layers.%d." suffix, l), put(s, n, r, c))
+        P("input_layernorm.weight", d, 0);
+        P("post_attention_layernorm.weight", d, 0);
+        P("self_attn.q_proj.weight", heads * hd, d);
+        P("self_attn.k_proj.weight", kv * hd, d);
+        P("self_attn.v_proj.weight", kv * hd, d);
+        P("self_attn.o_proj.weight", d, heads * hd);
+        P("mlp.gate_proj.weight", f, d);
+        P("mlp.up_proj.weight", f, d);
+        P("mlp.down_proj.weight", d, f);
+        if (qk_norm) {
+            P("self_attn.q_norm.weight", hd, 0);
+            P("self_attn.k_norm.weight", hd, 0);
+        }
+#undef P
+    }
+    return s;
+}
+
+static const char stories_config[] =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
+    " \"intermediate_size\": 172, \"num_hidden_layers\": 5, \"num_attention_heads\": 8,"
+    " \"num_key_value_heads\": 4, \"head_dim\": 8, \"vocab_size\": 512,"
+    " \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,"
+    " \"rope_scaling\": null, \"hidden_act\": \"silu\", \"bos_token_id\": 1,"
+    " \"eos_token_id\": 2, \"tie_word_embeddings\": true}";
+
+static json_t *op(const arch_model *m, size_t i)
+{
+    return json_array_get(json_object_get(m->tape, "ops"), i);
+}
+static const char *field(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+static size_t n_ops(const arch_model *m)
+{
+    return json_array_size(json_object_get(m->tape, "ops"));
+}
+
+static void test_stories_tape(void **state)
+{
+    json_t *cfg = json_loads(stories_config, 0, NULL);
+    json_t *set = llama_tensors(5, 64, 172, 8, 4, 8, 512, 0, 0);
+    arch_model m;
+    n_warnings = 0;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_int_equal(n_warnings, 0);
+    assert_string_equal(m.family, "llama");
+    assert_string_equal(m.architecture, "LlamaForCausalLM");
+    assert_int_equal(m.tie_lm_head, 1);
+    assert_non_null(m.tape);
+    assert_int_equal(n_ops(&m), 1 + 5 * 15 + 2);
+    const json_t *hp = m.hparams;
+    assert_int_equal(json_integer_value(json_object_get(hp, "n_layers")), 5);
+    assert_int_equal(json_integer_value(json_object_get(hp, "n_kv_heads")), 4);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(hp, "eos_token_id"), 0)), 2);
+    assert_true(json_is_null(json_object_get(hp, "rope_scaling")));
+    const json_t *bufs = json_object_get(m.tape, "buffers");
+    assert_int_equal(json_integer_value(json_object_get(bufs, "k")), 32);
+    assert_int_equal(json_integer_value(json_object_get(bufs, "g")), 172);
+    assert_int_equal(json_integer_value(json_object_get(bufs, "logits")), 512);
+    assert_string_equal(field(op(&m, 0), "op"), "embed");
+    const char *layer0[] = {"rmsnorm", "linear", "linear", "linear", "rope", "rope", "attention",
+                            "linear", "add", "rmsnorm", "linear", "linear", "silu_mul",
+                            "linear", "add"};
+    for (size_t i = 0; i < 15; i++)
+        assert_string_equal(field(op(&m, 1 + i), "op"), layer0[i]);
+    assert_string_equal(field(op(&m, 1), "w"), "model.layers.0.input_layernorm.weight");
+    assert_string_equal(field(op(&m, 8), "split"), "row");
+    assert_string_equal(field(op(&m, 13), "out"), "g");
+    assert_string_equal(field(op(&m, 76), "w"), "model.norm.weight");
+    assert_string_equal(field(op(&m, 77), "w"), "lm_head.weight");
+    assert_string_equal(field(op(&m, 77), "out"), "logits");
+    assert_null(json_object_get(op(&m, 77), "layer"));
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
+static size_t count_rope(const arch_model *m, int layer)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < n_ops(m); i++)
+        if (strcmp(field(op(m, i), "op"), "rope") == 0 &&
+            json_integer_value(json_object_get(op(m, i), "layer")) == layer)
+            n++;
+    return n;
+}
+
+static void test_smollm3_no_rope_layers(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si sf sf sb}", "architectures",
+                            "SmolLM3ForCausalLM", "hidden_size", 32, "intermediate_size", 64,
+                            "num_hidden_layers", 8, "num_attention_heads", 4,
+                            "num_key_value_heads", 2, "vocab_size", 100, "rms_norm_eps", 1e-6,
+                            "rope_theta", 2e6, "tie_word_embeddings", 1);
+    json_t *set = llama_tensors(8, 32, 64, 4, 2, 8, 100, 0, 0);
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    assert_string_equal(m.family, "smollm3");
+    for (int l = 0; l < 8; l++)
+        assert_int_equal(count_rope(&m, l), (l == 3 || l == 7) ? 0 : 2);
+    const json_t *nr = json_object_get(m.hparams, "no_rope_layers");
+    assert_int_equal(json_array_size(nr), 8);
+    assert_int_equal(json_integer_value(json_array_get(nr, 3)), 0);
+    assert_int_equal(n_ops(&m), 1 + 8 * 15 - 2 * 2 + 2);
+    arch_model_free(&m);
+    /* explicit list wins over the interval */
+    json_object_set_new(cfg, "no_rope_layers", json_pack("[iiiiiiii]", 0, 1, 1, 1, 1, 1, 1, 1));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_int_equal(count_rope(&m, 0), 0);
+    assert_int_equal(count_rope(&m, 3), 2);
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
+static void test_qwen3_head_norms_and_scaling(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si si sb s{ss sf}}", "architectures",
+                            "Qwen3ForCausalLM", "hidden_size", 32, "intermediate_size", 64,
+                            "num_hidden_layers", 2, "num_attention_heads", 4,
+                            "num_key_value_heads", 2, "head_dim", 16, "vocab_size", 50,
+                            "tie_word_embeddings", 0, "rope_scaling", "rope_type", "llama3",
+                            "factor", 8.0);
+    json_t *set = llama_tensors(2, 32, 64, 4, 2, 16, 50, 1, 1);
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    assert_int_equal(m.tie_lm_head, 0);
+    assert_int_equal(n_ops(&m), 1 + 2 * 17 + 2);
+    assert_string_equal(field(op(&m, 5), "op"), "head_rmsnorm");
+    assert_string_equal(field(op(&m, 5), "w"), "model.layers.0.self_attn.q_norm.weight");
+    assert_int_equal(json_integer_value(json_object_get(op(&m, 5), "head_dim")), 16);
+    assert_string_equal(field(op(&m, 7), "op"), "rope");
+    const json_t *sc = json_object_get(op(&m, 7), "scaling");
+    assert_string_equal(json_string_value(json_object_get(sc, "rope_type")), "llama3");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(m.tape, "buffers"),
+                                                        "q")), 64);
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
+static void test_no_tape_cases(void **state)
+{
+    json_t *cfg = json_loads(stories_config, 0, NULL);
+    json_t *set = llama_tensors(5, 64, 172, 8, 4, 8, 512, 0, 0);
+    arch_model m;
+    /* Qwen2-style attention biases */
+    json_object_set_new(set, "model.layers.2.self_attn.q_proj.bias", json_pack("[i]", 64));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(m.hparams);
+    assert_non_null(strstr(last_warning, "biases"));
+    arch_model_free(&m);
+    json_object_del(set, "model.layers.2.self_attn.q_proj.bias");
+    /* a shape that disagrees with config.json */
+    json_object_set_new(set, "model.layers.1.self_attn.k_proj.weight", json_pack("[ii]", 64, 64));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "model.layers.1.self_attn.k_proj.weight"));
+    arch_model_free(&m);
+    json_object_set_new(set, "model.layers.1.self_attn.k_proj.weight", json_pack("[ii]", 32, 64));
+    /* missing tensor */
+    json_object_del(set, "model.layers.4.mlp.up_proj.weight");
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "model.layers.4.mlp.up_proj.weight is missing"));
+    arch_model_free(&m);
+    /* unsupported architecture: hparams kept, no tape */
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_string_equal(m.family, "unknown");
+    assert_non_null(strstr(last_warning, "not supported"));
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stories_tape),
+        cmocka_unit_test(test_smollm3_no_rope_layers),
+        cmocka_unit_test(test_qwen3_head_norms_and_scaling),
+        cmocka_unit_test(test_no_tape_cases),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

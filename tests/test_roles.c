@@ -1,0 +1,86 @@
+/* test_roles.c — role and layer of Llama-family tensor names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../tools/thin-pack/roles.h"
+
+static void check(const char *name, roles_kind kind, thin_role role, int32_t layer)
+{
+    thin_role r;
+    int32_t l;
+    roles_kind k = roles_map(name, &r, &l);
+    if (k != kind || r != role || l != layer)
+        fail_msg("%s: got kind %d role %d layer %d, want %d %d %d", name, k, r, l, kind, role,
+                 layer);
+}
+
+static void test_layer_weights(void **state)
+{
+    check("model.layers.0.self_attn.q_proj.weight", ROLES_KNOWN, THIN_ROLE_Q, 0);
+    check("model.layers.12.self_attn.k_proj.weight", ROLES_KNOWN, THIN_ROLE_K, 12);
+    check("model.layers.3.self_attn.v_proj.weight", ROLES_KNOWN, THIN_ROLE_V, 3);
+    check("model.layers.35.self_attn.o_proj.weight", ROLES_KNOWN, THIN_ROLE_O, 35);
+    check("model.layers.1.mlp.gate_proj.weight", ROLES_KNOWN, THIN_ROLE_GATE, 1);
+    check("model.layers.1.mlp.up_proj.weight", ROLES_KNOWN, THIN_ROLE_UP, 1);
+    check("model.layers.1.mlp.down_proj.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 1);
+    check("model.layers.4.input_layernorm.weight", ROLES_KNOWN, THIN_ROLE_ATTN_NORM, 4);
+    check("model.layers.4.post_attention_layernorm.weight", ROLES_KNOWN, THIN_ROLE_FFN_NORM, 4);
+    check("model.layers.7.self_attn.q_norm.weight", ROLES_KNOWN, THIN_ROLE_Q_NORM, 7);
+    check("model.layers.7.self_attn.k_norm.weight", ROLES_KNOWN, THIN_ROLE_K_NORM, 7);
+    check("model.layers.2.self_attn.qkv_proj.weight", ROLES_KNOWN, THIN_ROLE_QKV, 2);
+    check("model.layers.2.mlp.gate_up_proj.weight", ROLES_KNOWN, THIN_ROLE_GATE_UP, 2);
+    (void)state;
+}
+
+static void test_global_weights(void **state)
+{
+    check("model.embed_tokens.weight", ROLES_KNOWN, THIN_ROLE_EMBEDDING, -1);
+    check("model.norm.weight", ROLES_KNOWN, THIN_ROLE_FINAL_NORM, -1);
+    check("lm_head.weight", ROLES_KNOWN, THIN_ROLE_LM_HEAD, -1);
+    check("model.layers.0.mlp.down_proj.weight.scale", ROLES_KNOWN, THIN_ROLE_SCALE, 0);
+    check("lm_head.weight.scale", ROLES_KNOWN, THIN_ROLE_SCALE, -1);
+    (void)state;
+}
+
+static void test_biases_and_unknown(void **state)
+{
+    check("model.layers.5.self_attn.q_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
+    check("model.layers.5.self_attn.k_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
+    check("model.layers.5.self_attn.rotary_emb.inv_freq", ROLES_UNKNOWN, THIN_ROLE_OTHER, 5);
+    check("model.layers.x.self_attn.q_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    check("model.layers.01.self_attn.q_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    check("model.layers.3", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    check("transformer.h.0.attn.c_attn.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    check("model.embed_tokens.weightx", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    check("", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
+    (void)state;
+}
+
+static void test_canonical_names(void **state)
+{
+    char buf[128];
+    assert_int_equal(roles_name(THIN_ROLE_UP, 3, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.3.mlp.up_proj.weight");
+    assert_int_equal(roles_name(THIN_ROLE_LM_HEAD, -1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "lm_head.weight");
+    assert_int_equal(roles_name(THIN_ROLE_Q, -1, buf, sizeof buf), -1);
+    assert_int_equal(roles_name(THIN_ROLE_SCALE, 0, buf, sizeof buf), -1);
+    assert_int_equal(roles_name(THIN_ROLE_UP, 3, buf, 8), -1);
+    (void)state;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layer_weights),
+        cmocka_unit_test(test_global_weights),
+        cmocka_unit_test(test_biases_and_unknown),
+        cmocka_unit_test(test_canonical_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
