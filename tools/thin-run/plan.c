@@ -1,0 +1,526 @@
+/*
+ * plan.c — compiles a file's model hyperparameters and execution tape (SPEC.md §8, §10) into a
+ * plan (plan.h): every op's buffers and weights resolved and checked against each other.
+ *
+ * The plan points into the file's mapping (weight data, tensor names), so the thin_file must stay
+ * open while the plan is in use.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* Memory the plan owns: decompressed tensors (by tensor index), inv_freq tables, names. */
+typedef struct plan_owned {
+    void **data;        /* per tensor index: a decompressed copy, or NULL */
+    uint64_t *reads;    /* per tensor index: bytes read per token (0 = unused) */
+    uint32_t n_tensors;
+    float **tables;     /* inv_freq tables */
+    uint32_t n_tables;
+} plan_owned;
+
+typedef struct builder {
+    plan *p;
+    thin_file *f;
+    plan_owned *own;
+    json_t *hparams;    /* the model's hparams object */
+    char *err;
+    size_t errlen;
+    uint32_t op;        /* index of the op being compiled, for messages */
+} builder;
+
+static thin_status fail(builder *b, thin_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static thin_status fail(builder *b, thin_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (b->errlen) vsnprintf(b->err, b->errlen, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* ---- hyperparameters ---- */
+
+static int hp_u32(const json_t *o, const char *key, uint32_t *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static void hp_ids(const json_t *v, plan_hparams *hp) {
+    size_t n = 0;
+    if (json_is_integer(v)) {
+        hp->eos_ids[n++] = (int32_t)json_integer_value(v);
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v) && n < 7; i++) {
+            const json_t *e = json_array_get(v, i);
+            if (json_is_integer(e) && json_integer_value(e) >= 0 &&
+                json_integer_value(e) <= INT32_MAX)
+                hp->eos_ids[n++] = (int32_t)json_integer_value(e);
+        }
+    }
+    hp->eos_ids[n] = -1;
+}
+
+static thin_status read_hparams(builder *b) {
+    plan_hparams *hp = &b->p->hp;
+    const json_t *h = b->hparams;
+    if (hp_u32(h, "vocab_size", &hp->vocab_size) || hp_u32(h, "hidden_size", &hp->hidden_size) ||
+        hp_u32(h, "intermediate_size", &hp->intermediate_size) ||
+        hp_u32(h, "n_layers", &hp->n_layers) || hp_u32(h, "n_heads", &hp->n_heads) ||
+        hp_u32(h, "n_kv_heads", &hp->n_kv_heads) || hp_u32(h, "head_dim", &hp->head_dim) ||
+        hp_u32(h, "max_position_embeddings", &hp->max_pos))
+        return fail(b, THIN_E_BAD_MANIFEST, "model.hparams: a size is missing or not a positive "
+                                            "integer");
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return fail(b, THIN_E_BAD_MANIFEST, "model.hparams: n_heads %u is not a multiple of "
+                    "n_kv_heads %u", hp->n_heads, hp->n_kv_heads);
+    const json_t *eps = json_object_get(h, "rms_norm_eps"), *th = json_object_get(h, "rope_theta");
+    hp->rms_norm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-6f;
+    hp->rope_theta = json_is_number(th) ? (float)json_number_value(th) : 10000.0f;
+    const json_t *bos = json_object_get(h, "bos_token_id");
+    hp->bos_id = json_is_integer(bos) && json_integer_value(bos) >= 0 &&
+                         json_integer_value(bos) < hp->vocab_size
+                     ? (int32_t)json_integer_value(bos)
+                     : -1;
+    hp_ids(json_object_get(h, "eos_token_id"), hp);
+    return THIN_OK;
+}
+
+/* ---- buffers ---- */
+
+static thin_status read_buffers(builder *b, const json_t *bufs) {
+    plan *p = b->p;
+    size_t n = json_object_size(bufs);
+    if (!json_is_object(bufs) || n == 0 || n > 1024)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape: buffers is not an object of 1..1024 entries");
+    p->buf_names = calloc(n, sizeof *p->buf_names);
+    p->buf_sizes = calloc(n, sizeof *p->buf_sizes);
+    if (!p->buf_names || !p->buf_sizes) return fail(b, THIN_E_NOMEM, "out of memory");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)bufs, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > ((json_int_t)1 << 32))
+            return fail(b, THIN_E_BAD_MANIFEST, "tape: buffer '%s' has no size in 1..2^32", key);
+        p->buf_names[p->n_bufs] = strdup(key);
+        if (!p->buf_names[p->n_bufs]) return fail(b, THIN_E_NOMEM, "out of memory");
+        p->buf_sizes[p->n_bufs++] = (uint64_t)json_integer_value(v);
+    }
+    p->logits_buf = plan_buf(p, "logits");
+    if (p->logits_buf < 0 || p->buf_sizes[p->logits_buf] != p->hp.vocab_size)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape: no buffer 'logits' of vocab_size %u floats",
+                    p->hp.vocab_size);
+    return THIN_OK;
+}
+
+/* Buffer index of op field `key`; -1 with an error when required and missing or unknown. */
+static thin_status op_buf(builder *b, const json_t *o, const char *key, int32_t *out) {
+    const char *name = json_string_value(json_object_get(o, key));
+    *out = name ? plan_buf(b->p, name) : -1;
+    if (*out < 0)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: field '%s' names no declared buffer",
+                    b->op, key);
+    return THIN_OK;
+}
+
+/* ---- weights ---- */
+
+/* Records that the op reads `bytes` of tensor idx per token (the most any op reads counts). */
+static void note_read(builder *b, uint32_t idx, uint64_t bytes) {
+    if (idx < b->own->n_tensors && b->own->reads[idx] < bytes) b->own->reads[idx] = bytes;
+}
+
+/* Pointer to a tensor's bytes: in the mapping, or decompressed once into owned memory. */
+static thin_status tensor_bytes(builder *b, const thin_tensor_info *ti, const void **data) {
+    thin_status st = thin_file_tensor_data(b->f, ti->index, data);
+    if (st != THIN_E_UNSUPPORTED) {
+        if (st != THIN_OK)
+            return fail(b, st, "tensor '%s': %s", ti->name, thin_file_error(b->f));
+        return THIN_OK;
+    }
+    if (b->own->data[ti->index]) {
+        *data = b->own->data[ti->index];
+        return THIN_OK;
+    }
+    if (ti->nbytes > SIZE_MAX) return fail(b, THIN_E_LIMIT, "tensor '%s' is too large", ti->name);
+    void *buf = malloc(ti->nbytes ? (size_t)ti->nbytes : 1);
+    if (!buf) return fail(b, THIN_E_NOMEM, "out of memory decompressing '%s'", ti->name);
+    st = thin_file_tensor_read(b->f, ti->index, buf, (size_t)ti->nbytes, 0);
+    if (st != THIN_OK) {
+        free(buf);
+        return fail(b, st, "tensor '%s': %s", ti->name, thin_file_error(b->f));
+    }
+    b->own->data[ti->index] = buf;
+    *data = buf;
+    return THIN_OK;
+}
+
+/* Looks a tensor up by name, following tied_to to the tensor holding the data. */
+static thin_status find_tensor(builder *b, const char *name, thin_tensor_info *ti,
+                               thin_role *role) {
+    if (thin_file_find(b->f, name, ti) != THIN_OK)
+        return fail(b, THIN_E_NOT_FOUND, "tape op %u: no tensor '%s' in the file", b->op, name);
+    *role = ti->role;
+    for (int hops = 0; ti->tied_to; hops++) {
+        const char *to = ti->tied_to;
+        if (hops == 4 || thin_file_find(b->f, to, ti) != THIN_OK)
+            return fail(b, THIN_E_NOT_FOUND, "tensor '%s' is tied to '%s', which is missing",
+                        name, to);
+    }
+    return THIN_OK;
+}
+
+/* The F32 per-row scale of an F8_E4M3 matrix of `rows` rows. */
+static thin_status find_scale(builder *b, const thin_tensor_info *ti, uint64_t rows,
+                              const float **scale) {
+    thin_tensor_info si;
+    thin_role role;
+    if (!ti->scale)
+        return fail(b, THIN_E_BAD_MANIFEST, "tensor '%s' is F8_E4M3 without a scale", ti->name);
+    thin_status st = find_tensor(b, ti->scale, &si, &role);
+    if (st != THIN_OK) return st;
+    if (si.dtype != THIN_DTYPE_F32 || si.rank != 1 || si.shape[0] != rows)
+        return fail(b, THIN_E_SHAPE, "scale '%s' of '%s' is not F32 [%llu]", si.name, ti->name,
+                    (unsigned long long)rows);
+    note_read(b, si.index, si.nbytes);
+    return tensor_bytes(b, &si, (const void **)scale);
+}
+
+/* Resolves field "w" of op o to a matrix of `rows` × `cols` (rank 1 when rows == 0) and checks its
+ * role against the allowed list (terminated by THIN_ROLE_COUNT_). */
+static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t rows,
+                             uint64_t cols, const thin_role *allowed) {
+    const char *name = json_string_value(json_object_get(o, "w"));
+    if (!name) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: no weight name 'w'", b->op);
+    thin_tensor_info ti;
+    thin_status st = find_tensor(b, name, &ti, &op->w_role);
+    if (st != THIN_OK) return st;
+    op->w_name = ti.name;
+    int ok = 0;
+    for (const thin_role *r = allowed; *r != THIN_ROLE_COUNT_; r++) ok |= *r == op->w_role;
+    if (!ok)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: tensor '%s' has role %s, unfit for the op",
+                    b->op, name, thin_role_name(op->w_role));
+    int is_vec = rows == 0;
+    if (is_vec ? (ti.rank != 1 || ti.shape[0] != cols)
+               : (ti.rank != 2 || ti.shape[0] != rows || ti.shape[1] != cols))
+        return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' should be [%s%llu] for its buffers",
+                    b->op, name, is_vec ? "" : "rows, ", (unsigned long long)cols);
+    op->w = (thin_wmat){NULL, ti.dtype, NULL, is_vec ? 1 : rows, cols};
+    if (ti.dtype != THIN_DTYPE_F32 && ti.dtype != THIN_DTYPE_F16 && ti.dtype != THIN_DTYPE_BF16 &&
+        !(ti.dtype == THIN_DTYPE_F8_E4M3 && !is_vec))
+        return fail(b, THIN_E_DTYPE, "tensor '%s': dtype %s is not supported here", name,
+                    thin_dtype_name(ti.dtype));
+    if (ti.dtype == THIN_DTYPE_F8_E4M3 && (st = find_scale(b, &ti, rows, &op->w.scale)) != THIN_OK)
+        return st;
+    note_read(b, ti.index, op->kind == PLAN_EMBED ? ti.nbytes / rows : ti.nbytes);
+    return tensor_bytes(b, &ti, &op->w.data);
+}
+
+/* ---- ops ---- */
+
+static const thin_role roles_norm[] = {THIN_ROLE_ATTN_NORM, THIN_ROLE_FFN_NORM,
+                                       THIN_ROLE_FINAL_NORM, THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
+static const thin_role roles_head_norm[] = {THIN_ROLE_Q_NORM, THIN_ROLE_K_NORM, THIN_ROLE_OTHER,
+                                            THIN_ROLE_COUNT_};
+static const thin_role roles_embed[] = {THIN_ROLE_EMBEDDING, THIN_ROLE_COUNT_};
+static const thin_role roles_linear[] = {
+    THIN_ROLE_Q,    THIN_ROLE_K,       THIN_ROLE_V,       THIN_ROLE_O,       THIN_ROLE_QKV,
+    THIN_ROLE_GATE, THIN_ROLE_UP,      THIN_ROLE_GATE_UP, THIN_ROLE_DOWN,    THIN_ROLE_LM_HEAD,
+    THIN_ROLE_EMBEDDING, THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
+
+static float op_float(const json_t *o, const char *key, float def) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? (float)json_number_value(v) : def;
+}
+
+static thin_status op_u32(builder *b, const json_t *o, const char *key, uint32_t *out) {
+    if (hp_u32(o, key, out))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: '%s' is not a positive integer", b->op,
+                    key);
+    return THIN_OK;
+}
+
+/* Buffers in and out, which must have the same size. */
+static thin_status same_size(builder *b, const plan_op *op) {
+    if (b->p->buf_sizes[op->in] != b->p->buf_sizes[op->out])
+        return fail(b, THIN_E_SHAPE, "tape op %u: buffers %s and %s differ in size", b->op,
+                    b->p->buf_names[op->in], b->p->buf_names[op->out]);
+    return THIN_OK;
+}
+
+/* inv_freq for a rope_scaling object ("linear" or "llama3"); NULL table for none/"default". */
+static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
+    const char *type = json_string_value(json_object_get(sc, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(sc, "type"));
+    if (!json_is_object(sc) || (type && strcmp(type, "default") == 0)) return THIN_OK;
+    int llama3 = type && strcmp(type, "llama3") == 0;
+    if (!type || (!llama3 && strcmp(type, "linear") != 0))
+        return fail(b, THIN_E_UNSUPPORTED, "rope_scaling type '%s' is not supported",
+                    type ? type : "?");
+    double factor = op_float(sc, "factor", 1.0f), lo = op_float(sc, "low_freq_factor", 1.0f);
+    double hi = op_float(sc, "high_freq_factor", 4.0f);
+    double old = op_float(sc, "original_max_position_embeddings", 8192.0f);
+    uint32_t half = op->head_dim / 2;
+    float *t = malloc(half * sizeof *t);
+    float **tabs = realloc(b->own->tables, (b->own->n_tables + 1) * sizeof *tabs);
+    if (!t || !tabs) {
+        free(t);
+        if (tabs) b->own->tables = tabs;
+        return fail(b, THIN_E_NOMEM, "out of memory");
+    }
+    b->own->tables = tabs;
+    tabs[b->own->n_tables++] = t;
+    for (uint32_t i = 0; i < half; i++) {
+        double f = pow((double)op->theta, -2.0 * i / (double)op->head_dim);
+        double wl = 2.0 * M_PI / f;
+        if (!llama3 || wl > old / lo) f /= factor;
+        else if (wl >= old / hi) {
+            double s = (old / wl - lo) / (hi - lo);
+            f = (1.0 - s) * f / factor + s * f;
+        }
+        t[i] = (float)f;
+    }
+    op->inv_freq = t;
+    return THIN_OK;
+}
+
+static thin_status compile_rope(builder *b, const json_t *o, plan_op *op) {
+    thin_status st;
+    if ((st = op_buf(b, o, "in", &op->in)) || (st = op_u32(b, o, "head_dim", &op->head_dim)))
+        return st;
+    uint64_t n = b->p->buf_sizes[op->in];
+    if (op->head_dim % 2 || n % op->head_dim)
+        return fail(b, THIN_E_SHAPE, "tape op %u: rope head_dim %u does not divide buffer %s",
+                    b->op, op->head_dim, b->p->buf_names[op->in]);
+    op->n_heads = (uint32_t)(n / op->head_dim);
+    op->theta = op_float(o, "theta", b->p->hp.rope_theta);
+    const json_t *sc = json_object_get(o, "scaling");
+    if (!sc) sc = json_object_get(b->hparams, "rope_scaling");
+    return rope_table(b, sc, op);
+}
+
+static thin_status compile_attention(builder *b, const json_t *o, plan_op *op) {
+    thin_status st;
+    if ((st = op_buf(b, o, "q", &op->q)) || (st = op_buf(b, o, "k", &op->k)) ||
+        (st = op_buf(b, o, "v", &op->v)) || (st = op_buf(b, o, "out", &op->out)) ||
+        (st = op_u32(b, o, "n_heads", &op->n_heads)) ||
+        (st = op_u32(b, o, "n_kv_heads", &op->n_kv_heads)) ||
+        (st = op_u32(b, o, "head_dim", &op->head_dim)))
+        return st;
+    const uint64_t *sz = b->p->buf_sizes;
+    uint64_t qd = (uint64_t)op->n_heads * op->head_dim, kd = (uint64_t)op->n_kv_heads * op->head_dim;
+    if (op->n_heads % op->n_kv_heads || sz[op->q] != qd || sz[op->out] != qd || sz[op->k] != kd ||
+        sz[op->v] != kd)
+        return fail(b, THIN_E_SHAPE, "tape op %u: attention heads do not match its buffers", b->op);
+    if (op->layer < 0 || (uint32_t)op->layer >= b->p->hp.n_layers)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: attention layer %d out of range", b->op,
+                    op->layer);
+    return THIN_OK;
+}
+
+static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
+    thin_status st;
+    const uint64_t *sz = b->p->buf_sizes;
+    switch (op->kind) {
+    case PLAN_EMBED:
+        if ((st = op_buf(b, o, "out", &op->out))) return st;
+        return op_weight(b, o, op, b->p->hp.vocab_size, sz[op->out], roles_embed);
+    case PLAN_RMSNORM:
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out)) ||
+            (st = same_size(b, op)))
+            return st;
+        op->eps = op_float(o, "eps", b->p->hp.rms_norm_eps);
+        return op_weight(b, o, op, 0, sz[op->in], roles_norm);
+    case PLAN_HEAD_RMSNORM:
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_u32(b, o, "head_dim", &op->head_dim)))
+            return st;
+        if (sz[op->in] % op->head_dim)
+            return fail(b, THIN_E_SHAPE, "tape op %u: head_dim does not divide %s", b->op,
+                        b->p->buf_names[op->in]);
+        op->n_heads = (uint32_t)(sz[op->in] / op->head_dim);
+        op->eps = op_float(o, "eps", b->p->hp.rms_norm_eps);
+        return op_weight(b, o, op, 0, op->head_dim, roles_head_norm);
+    default: { /* PLAN_LINEAR */
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
+        const char *split = json_string_value(json_object_get(o, "split"));
+        op->split = !split ? PLAN_SPLIT_NONE
+                    : strcmp(split, "row") == 0 ? PLAN_SPLIT_ROW
+                    : strcmp(split, "col") == 0 ? PLAN_SPLIT_COL : PLAN_SPLIT_NONE;
+        if (op->in == op->out)
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: linear reads and writes one buffer",
+                        b->op);
+        return op_weight(b, o, op, sz[op->out], sz[op->in], roles_linear);
+    }
+    }
+}
+
+static const struct {
+    const char *name;
+    plan_op_kind kind;
+} op_names[] = {{"embed", PLAN_EMBED},       {"rmsnorm", PLAN_RMSNORM}, {"linear", PLAN_LINEAR},
+                {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
+                {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL}};
+
+static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
+    const char *name = json_string_value(json_object_get(o, "op"));
+    *op = (plan_op){.layer = -1, .in = -1, .out = -1, .q = -1, .k = -1, .v = -1};
+    for (size_t i = 0; name && i < sizeof op_names / sizeof op_names[0]; i++)
+        if (strcmp(name, op_names[i].name) == 0) op->kind = op_names[i].kind;
+    if (!op->kind)
+        return fail(b, THIN_E_UNSUPPORTED, "tape op %u: unknown op '%s'", b->op,
+                    name ? name : "(none)");
+    const json_t *layer = json_object_get(o, "layer");
+    if (json_is_integer(layer) && json_integer_value(layer) >= -1 &&
+        json_integer_value(layer) < (json_int_t)b->p->hp.n_layers)
+        op->layer = (int32_t)json_integer_value(layer);
+    else if (layer && !json_is_null(layer))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: bad layer", b->op);
+    thin_status st;
+    switch (op->kind) {
+    case PLAN_ROPE: return compile_rope(b, o, op);
+    case PLAN_ATTENTION: return compile_attention(b, o, op);
+    case PLAN_ADD:
+    case PLAN_SILU_MUL:
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
+        return same_size(b, op);
+    default: return compile_weighted(b, o, op);
+    }
+}
+
+/* Each layer's attention must appear exactly once: it owns that layer's KV cache. */
+static thin_status check_layers(builder *b) {
+    plan *p = b->p;
+    uint32_t *seen = calloc(p->hp.n_layers, sizeof *seen);
+    if (!seen) return fail(b, THIN_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == PLAN_ATTENTION) seen[p->ops[i].layer]++;
+    thin_status st = THIN_OK;
+    for (uint32_t l = 0; l < p->hp.n_layers && st == THIN_OK; l++)
+        if (seen[l] != 1)
+            st = fail(b, THIN_E_BAD_MANIFEST, "tape: layer %u has %u attention ops (want 1)", l,
+                      seen[l]);
+    free(seen);
+    return st;
+}
+
+static thin_status compile_tape(builder *b, const json_t *tape) {
+    plan *p = b->p;
+    const json_t *ver = json_object_get(tape, "version"), *ops = json_object_get(tape, "ops");
+    if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+        return fail(b, THIN_E_UNSUPPORTED, "tape: version is not 1");
+    thin_status st = read_buffers(b, json_object_get(tape, "buffers"));
+    if (st != THIN_OK) return st;
+    if (!json_is_array(ops) || json_array_size(ops) == 0 || json_array_size(ops) > (1u << 20))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape: ops is not a non-empty array");
+    p->ops = calloc(json_array_size(ops), sizeof *p->ops);
+    if (!p->ops) return fail(b, THIN_E_NOMEM, "out of memory");
+    for (b->op = 0; b->op < json_array_size(ops); b->op++) {
+        if ((st = compile_op(b, json_array_get(ops, b->op), &p->ops[b->op])) != THIN_OK) return st;
+        p->n_ops++;
+    }
+    return check_layers(b);
+}
+
+/* ---- build / free ---- */
+
+static thin_status pick_kv_dtype(builder *b, thin_dtype want) {
+    if (want == THIN_DTYPE_INVALID) {
+        want = THIN_DTYPE_BF16;
+        const char *rt;
+        json_t *r;
+        if (thin_file_section(b->f, "runtime", &rt) == THIN_OK && (r = json_loads(rt, 0, NULL))) {
+            const char *name = json_string_value(json_object_get(r, "kv_cache_dtype"));
+            if (name) want = thin_dtype_from_name(name);
+            json_decref(r);
+        }
+    }
+    if (want != THIN_DTYPE_BF16 && want != THIN_DTYPE_F32)
+        return fail(b, THIN_E_DTYPE, "KV cache dtype %s is not supported (BF16 or F32)",
+                    thin_dtype_name(want));
+    b->p->kv_dtype = want;
+    return THIN_OK;
+}
+
+static json_t *load_section(builder *b, const char *key, thin_status *st) {
+    const char *text;
+    json_error_t e;
+    *st = thin_file_section(b->f, key, &text);
+    if (*st != THIN_OK) {
+        fail(b, *st, "the file has no '%s' section%s", key,
+             strcmp(key, "tape") == 0 ? " (no execution tape: architecture not supported)" : "");
+        return NULL;
+    }
+    json_t *j = json_loads(text, 0, &e);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *st = fail(b, THIN_E_BAD_MANIFEST, "section '%s' is not a JSON object", key);
+        return NULL;
+    }
+    return j;
+}
+
+static thin_status build(builder *b) {
+    thin_status st;
+    json_t *model = load_section(b, "model", &st);
+    if (!model) return st;
+    b->hparams = json_object_get(model, "hparams");
+    st = json_is_object(b->hparams) ? read_hparams(b)
+                                    : fail(b, THIN_E_BAD_MANIFEST, "model: no hparams object");
+    json_t *tape = st == THIN_OK ? load_section(b, "tape", &st) : NULL;
+    if (tape) st = compile_tape(b, tape);
+    json_decref(tape);
+    json_decref(model);
+    b->hparams = NULL;
+    if (st != THIN_OK) return st;
+    for (uint32_t i = 0; i < b->own->n_tensors; i++) b->p->weight_bytes += b->own->reads[i];
+    return THIN_OK;
+}
+
+thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    if (errlen) err[0] = '\0';
+    plan_owned *own = calloc(1, sizeof *own);
+    builder b = {p, f, own, NULL, err, errlen, 0};
+    if (!own) return fail(&b, THIN_E_NOMEM, "out of memory");
+    p->owned_ = own;
+    own->n_tensors = thin_file_tensor_count(f);
+    own->data = calloc(own->n_tensors + 1, sizeof *own->data);
+    own->reads = calloc(own->n_tensors + 1, sizeof *own->reads);
+    thin_status st = !own->data || !own->reads ? fail(&b, THIN_E_NOMEM, "out of memory")
+                                               : pick_kv_dtype(&b, kv_dtype);
+    if (st == THIN_OK) st = build(&b);
+    if (st != THIN_OK) plan_free(p);
+    return st;
+}
+
+void plan_free(plan *p) {
+    if (!p) return;
+    plan_owned *own = p->owned_;
+    if (own) {
+        for (uint32_t i = 0; own->data && i < own->n_tensors; i++) free(own->data[i]);
+        for (uint32_t i = 0; i < own->n_tables; i++) free(own->tables[i]);
+        free(own->data);
+        free(own->reads);
+        free(own->tables);
+        free(own);
+    }
+    for (uint32_t i = 0; p->buf_names && i < p->n_bufs; i++) free(p->buf_names[i]);
+    free(p->buf_names);
+    free(p->buf_sizes);
+    free(p->ops);
+    memset(p, 0, sizeof *p);
+}
+
+int32_t plan_buf(const plan *p, const char *name) {
+    for (uint32_t i = 0; i < p->n_bufs; i++)
+        if (strcmp(p->buf_names[i], name) == 0) return (int32_t)i;
+    return -1;
+}
