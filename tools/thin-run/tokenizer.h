@@ -65,6 +65,17 @@ int tok_decoder_push(tok_decoder *d, int32_t id, char *out, size_t cap, size_t *
 /* Flushes an incomplete sequence at the end as U+FFFD. */
 int tok_decoder_flush(tok_decoder *d, char *out, size_t cap, size_t *n);
 
+/* --- additions --- */
+
+/* Decodes a whole id sequence (the streaming decoder's rules, flushed at the end) into a malloc'd,
+ * NUL-terminated string. Returns 0 or -1 (bad id, no memory). */
+int tok_decode(const tok *t, const int32_t *ids, size_t n_ids, char **text, size_t *len);
+/* The longest piece in bytes: tok_decoder_push needs cap >= 3 * (tok_max_piece(t) + 4). */
+size_t tok_max_piece(const tok *t);
+/* The chat template text (tokenizer_config.json chat_template or GGUF tokenizer.chat_template),
+ * or NULL. */
+const char *tok_chat_template(const tok *t);
+
 #ifdef __cplusplus
 }
 #endif
