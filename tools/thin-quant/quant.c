@@ -1,0 +1,308 @@
+/*
+ * quant.c — FP8 E4M3 row quantization, BF16 narrowing and their error statistics (see quant.h).
+ *
+ * Work is split into fixed units (rows, or segments of SEGMENT elements) whose statistics are kept
+ * apart and summed in order afterwards, so the output and the numbers are the same whatever the
+ * number of threads.
+ */
+#include "quant.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SEGMENT = 1 << 16, MAX_THREADS = 256 };
+
+void tq_stats_merge(tq_stats *a, const tq_stats *b)
+{
+    a->sum_sq_src += b->sum_sq_src;
+    a->sum_sq_deq += b->sum_sq_deq;
+    a->sum_sq_err += b->sum_sq_err;
+    a->dot += b->dot;
+    if (b->max_abs_err > a->max_abs_err)
+        a->max_abs_err = b->max_abs_err;
+    a->count += b->count;
+}
+
+double tq_stats_rel_rms(const tq_stats *s)
+{
+    if (s->sum_sq_src > 0)
+        return sqrt(s->sum_sq_err / s->sum_sq_src);
+    return s->sum_sq_err > 0 ? INFINITY : 0.0;
+}
+
+double tq_stats_cosine(const tq_stats *s)
+{
+    if (s->sum_sq_src > 0 && s->sum_sq_deq > 0)
+        return s->dot / sqrt(s->sum_sq_src * s->sum_sq_deq);
+    return (s->sum_sq_src == 0 && s->sum_sq_deq == 0) ? 1.0 : 0.0;
+}
+
+float tq_row_scale(float amax)
+{
+    if (amax == 0)
+        return 1.0f;
+    float s = amax / TQ_E4M3_MAX;
+    return s > 0 ? s : FLT_TRUE_MIN;
+}
+
+/* ---- a parallel loop over [0, n) in contiguous ranges ---- */
+
+typedef void (*range_fn)(void *ctx, size_t begin, size_t end);
+
+typedef struct range_job {
+    range_fn fn;
+    void *ctx;
+    size_t begin, end;
+} range_job;
+
+static void *range_main(void *arg)
+{
+    range_job *j = arg;
+    j->fn(j->ctx, j->begin, j->end);
+    return NULL;
+}
+
+/* Runs fn over [0, n) split across up to `threads` threads; falls back to fewer threads (down to
+ * the calling one alone) when a thread cannot be started. */
+static void parallel_for(size_t n, unsigned threads, range_fn fn, void *ctx)
+{
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    if (threads > n)
+        threads = (unsigned)n;
+    if (threads <= 1) {
+        if (n)
+            fn(ctx, 0, n);
+        return;
+    }
+    range_job jobs[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (unsigned t = 0; t < threads; t++) {
+        jobs[t] = (range_job){fn, ctx, n * t / threads, n * (t + 1) / threads};
+        if (t > 0)
+            started[t] = pthread_create(&tid[t], NULL, range_main, &jobs[t]) == 0;
+    }
+    range_main(&jobs[0]);
+    for (unsigned t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            range_main(&jobs[t]);
+    }
+}
+
+/* ---- FP8 rows ---- */
+
+typedef struct rows_ctx {
+    const unsigned char *src;
+    thin_dtype src_type;
+    size_t cols, src_row_bytes;
+    uint8_t *q;
+    float *scales;
+    tq_stats *row_stats;   /* [rows] */
+    size_t *row_bad;       /* [rows]: index of the first non-finite element in the row, or SIZE_MAX */
+    int nomem;
+    float lut[256];        /* E4M3 code -> value */
+} rows_ctx;
+
+/* Largest magnitude of x[0..n); sets *bad to the first non-finite index, or SIZE_MAX. */
+static float row_amax(const float *x, size_t n, size_t *bad)
+{
+    float amax = 0;
+    int nonfinite = 0;
+    for (size_t j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        nonfinite |= !(a <= FLT_MAX);
+        amax = a > amax ? a : amax;
+    }
+    *bad = SIZE_MAX;
+    if (nonfinite)
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(x[j])) {
+                *bad = j;
+                break;
+            }
+    return amax;
+}
+
+/* Encodes one row and gathers its statistics. */
+static void row_encode(const rows_ctx *c, const float *x, size_t n, float scale, uint8_t *q,
+                       tq_stats *st)
+{
+    tq_stats s = {0};
+    for (size_t j = 0; j < n; j++) {
+        uint8_t code = thin_f32_to_e4m3(x[j] / scale);
+        q[j] = code;
+        double w = x[j], d = (double)(c->lut[code] * scale), e = fabs(d - w);
+        s.sum_sq_src += w * w;
+        s.sum_sq_deq += d * d;
+        s.sum_sq_err += e * e;
+        s.dot += w * d;
+        if (e > s.max_abs_err)
+            s.max_abs_err = e;
+    }
+    s.count = n;
+    *st = s;
+}
+
+static void rows_worker(void *ctx, size_t begin, size_t end)
+{
+    rows_ctx *c = ctx;
+    float *x = malloc(c->cols * sizeof *x + 1);
+    if (!x) {
+        __atomic_store_n(&c->nomem, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (size_t r = begin; r < end; r++) {
+        thin_convert(x, THIN_DTYPE_F32, c->src + r * c->src_row_bytes, c->src_type, c->cols);
+        float amax = row_amax(x, c->cols, &c->row_bad[r]);
+        if (c->row_bad[r] != SIZE_MAX)
+            continue;
+        float scale = tq_row_scale(amax);
+        c->scales[r] = scale;
+        row_encode(c, x, c->cols, scale, c->q + r * c->cols, &c->row_stats[r]);
+    }
+    free(x);
+}
+
+static int is_source_type(thin_dtype t)
+{
+    return t == THIN_DTYPE_F32 || t == THIN_DTYPE_F16 || t == THIN_DTYPE_BF16;
+}
+
+tq_result tq_quantize_rows(const void *src, thin_dtype src_type, size_t rows, size_t cols,
+                           uint8_t *q, float *scales, unsigned threads, tq_stats *st, size_t *bad)
+{
+    if (!is_source_type(src_type))
+        return TQ_BADTYPE;
+    if (rows == 0 || cols == 0)
+        return TQ_OK;
+    rows_ctx *c = calloc(1, sizeof *c);
+    tq_stats *rs = calloc(rows, sizeof *rs);
+    size_t *rb = calloc(rows, sizeof *rb);
+    tq_result res = TQ_NOMEM;
+    if (!c || !rs || !rb)
+        goto out;
+    *c = (rows_ctx){.src = src, .src_type = src_type, .cols = cols,
+                    .src_row_bytes = cols * thin_dtype_size(src_type), .q = q, .scales = scales,
+                    .row_stats = rs, .row_bad = rb};
+    for (unsigned i = 0; i < 256; i++)
+        c->lut[i] = thin_e4m3_to_f32((uint8_t)i);
+    parallel_for(rows, threads ? threads : 1, rows_worker, c);
+    if (c->nomem)
+        goto out;
+    res = TQ_OK;
+    for (size_t r = 0; r < rows; r++) {
+        if (rb[r] != SIZE_MAX) {
+            if (bad)
+                *bad = r * cols + rb[r];
+            res = TQ_NONFINITE;
+            break;
+        }
+        if (st)
+            tq_stats_merge(st, &rs[r]);
+    }
+out:
+    free(c);
+    free(rs);
+    free(rb);
+    return res;
+}
+
+/* ---- BF16 ---- */
+
+typedef struct bf16_ctx {
+    const unsigned char *src;
+    thin_dtype src_type;
+    size_t n, src_size;
+    uint16_t *dst;
+    tq_stats *seg_stats; /* [segments] */
+    size_t *seg_bad;     /* [segments] */
+} bf16_ctx;
+
+/* Element j of a F64, F32 or F16 array as a double. */
+static double load_double(const unsigned char *s, thin_dtype t, size_t j)
+{
+    if (t == THIN_DTYPE_F64) {
+        double d;
+        memcpy(&d, s + j * 8, 8);
+        return d;
+    }
+    if (t == THIN_DTYPE_F32) {
+        float f;
+        memcpy(&f, s + j * 4, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, s + j * 2, 2);
+    return thin_f16_to_f32(h);
+}
+
+static void bf16_segment(bf16_ctx *c, size_t k)
+{
+    size_t i0 = k * SEGMENT, n = c->n - i0 < SEGMENT ? c->n - i0 : SEGMENT;
+    const unsigned char *s = c->src + i0 * c->src_size;
+    uint16_t *d = c->dst + i0;
+    thin_convert(d, THIN_DTYPE_BF16, s, c->src_type, n);
+    tq_stats st = {0};
+    c->seg_bad[k] = SIZE_MAX;
+    for (size_t j = 0; j < n; j++) {
+        double w = load_double(s, c->src_type, j);
+        if (!isfinite(w)) {
+            c->seg_bad[k] = i0 + j;
+            return;
+        }
+        double v = thin_bf16_to_f32(d[j]), e = fabs(v - w);
+        st.sum_sq_src += w * w;
+        st.sum_sq_deq += v * v;
+        st.sum_sq_err += e * e;
+        st.dot += w * v;
+        if (e > st.max_abs_err)
+            st.max_abs_err = e;
+    }
+    st.count = n;
+    c->seg_stats[k] = st;
+}
+
+static void bf16_worker(void *ctx, size_t begin, size_t end)
+{
+    for (size_t k = begin; k < end; k++)
+        bf16_segment(ctx, k);
+}
+
+tq_result tq_convert_bf16(const void *src, thin_dtype src_type, size_t n, uint16_t *dst,
+                          unsigned threads, tq_stats *st, size_t *bad)
+{
+    if (src_type != THIN_DTYPE_F64 && src_type != THIN_DTYPE_F32 && src_type != THIN_DTYPE_F16)
+        return TQ_BADTYPE;
+    size_t segs = n / SEGMENT + (n % SEGMENT != 0);
+    if (segs == 0)
+        return TQ_OK;
+    tq_stats *ss = calloc(segs, sizeof *ss);
+    size_t *sb = calloc(segs, sizeof *sb);
+    if (!ss || !sb) {
+        free(ss);
+        free(sb);
+        return TQ_NOMEM;
+    }
+    bf16_ctx c = {src, src_type, n, thin_dtype_size(src_type), dst, ss, sb};
+    parallel_for(segs, threads ? threads : 1, bf16_worker, &c);
+    tq_result res = TQ_OK;
+    for (size_t k = 0; k < segs; k++) {
+        if (sb[k] != SIZE_MAX) {
+            if (bad)
+                *bad = sb[k];
+            res = TQ_NONFINITE;
+            break;
+        }
+        if (st)
+            tq_stats_merge(st, &ss[k]);
+    }
+    free(ss);
+    free(sb);
+    return res;
+}
