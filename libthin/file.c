@@ -122,7 +122,10 @@ static thin_status validate(thin_file *f, uint32_t flags)
         f->blob_owned = calloc(f->L.n_blobs + 1, sizeof *f->blob_owned);
         if (!f->blob_data || !f->blob_owned) s = thin_errf(f->err, f->label, THIN_E_NOMEM, "out of memory");
     }
-    if (!s && (flags & THIN_OPEN_VERIFY)) s = thin_file_verify(f, 0, NULL, NULL);
+    if (!s && (flags & THIN_OPEN_VERIFY)) {
+        f->opened = 1;
+        s = thin_file_verify(f, 0, NULL, NULL);
+    }
     return s;
 }
 
