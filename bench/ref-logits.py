@@ -27,8 +27,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="ref-logits.py",
                                 description="transformers reference logits and speed")
     p.add_argument("--model", required=True, help="Hugging Face folder (config.json + SafeTensors)")
-    p.add_argument("--ids", help="file of whitespace-separated token ids (logits mode; speed prompt)")
-    p.add_argument("--out", help="write teacher-forced logits here (F32 LE rows [positions][vocab])")
+    p.add_argument("--ids", help="file of whitespace-separated token ids to score")
+    p.add_argument("--out", help="teacher-forced logits (F32 LE rows [positions][vocab])")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when available, else cpu")
@@ -96,8 +96,8 @@ def write_f32_rows(tensor, path):
     """Writes a 2-D float tensor as raw float32 little-endian, row-major."""
     t = tensor.detach().float().contiguous().cpu()
     try:
-        import numpy  # noqa: F401  (torch's .numpy() needs it)
-        data = t.numpy().astype("<f4", copy=False).tobytes()
+        import numpy  # torch's .numpy() needs it
+        data = numpy.ascontiguousarray(t.numpy()).astype("<f4", copy=False).tobytes()
     except ImportError:
         import array
         arr = array.array("f", t.flatten().tolist())
@@ -123,7 +123,7 @@ def logits_mode(torch, model, args, vocab):
 
 
 def prompt_ids(args, n, vocab):
-    """n ids: the --speed-ids (else --ids) file cycled, or seeded pseudo-random ids in [3, vocab)."""
+    """n ids: the --speed-ids (else --ids) file cycled, else seeded random ids in [3, vocab)."""
     path = args.speed_ids or args.ids
     if path:
         src = read_ids(path)

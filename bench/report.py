@@ -2,10 +2,10 @@
 """report.py: measures how close each ThinTensor profile stays to the original model, and how fast
 it runs, and writes report.json and report.md.
 
-For each model: packs the SafeTensors folder (thin-pack), makes the profiles (thin-pack --dtype bf16,
-thin-quant --profile quality|fp8-all), scores a fixed id sequence teacher-forced with every profile
-(thin-run --score), compares the logits with the reference (thin-compare --json), and times prefill
-and decode (thin-run --json). With torch and transformers present, the reference is transformers
+For each model: packs the SafeTensors folder (thin-pack), makes the profiles (thin-pack --dtype
+bf16, thin-quant --profile quality|fp8-all), scores a fixed id sequence teacher-forced with every
+profile (thin-run --score), compares the logits with the reference (thin-compare --json), and
+times prefill and decode (thin-run --json). With torch and transformers present, the reference is transformers
 on the same folder (bench/ref-logits.py), which is timed too; without them, the reference is the
 thin-run profile of the model's own dtype, and SmolLM3 is skipped unless a folder is given.
 
@@ -81,10 +81,15 @@ def parse_args(argv):
                    help="folder for report.json and report.md (default $OUT, else ./report-out)")
     p.add_argument("--work", help="folder for packed models and logits (default: a temporary "
                    "folder, removed at the end)")
-    p.add_argument("--models", default="stories260k,smollm3", help="comma list: stories260k, smollm3")
+    p.add_argument("--models", default="stories260k,smollm3",
+                   help="comma list: stories260k, smollm3")
     p.add_argument("--smollm3", help="SmolLM3 SafeTensors folder (made by bench/make-smollm3.py)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--kv-dtype", help="thin-run --kv-dtype for every run (default: thin-run's own)")
+    p.add_argument("--score-kv-dtype", default="f32", help="thin-run --kv-dtype when scoring "
+                   "(default f32, so that the weights alone make the difference; '' = thin-run's "
+                   "default)")
+    p.add_argument("--speed-kv-dtype", default="", help="thin-run --kv-dtype when timing "
+                   "(default: thin-run's own)")
     p.add_argument("--no-torch", action="store_true", help="never use transformers")
     p.add_argument("--no-f32-ref", action="store_true",
                    help="SmolLM3: skip the transformers float32 reference")
@@ -231,7 +236,6 @@ def make_profiles(run, args, spec, work):
         if os.path.exists(qj):
             with open(qj, encoding="utf-8") as f:
                 info[p]["quant"] = json.load(f)
-        info[p]["weight_bytes"] = weight_bytes(run, args, path[p], info[p]["file_bytes"])
     return [info[p] for p in spec["profiles"]]
 
 
@@ -247,64 +251,33 @@ def shown_cmd(cmd, work):
     return " ".join(out)
 
 
-def weight_bytes(run, args, path, file_bytes):
-    """Bytes of weights read per decoded token: every tensor but an untied embedding table."""
-    try:
-        out, _ = run.run([os.path.join(args.bin, "thin-inspect"), "--json", path], "inspect")
-        doc = json.loads(out)
-    except (StepError, ValueError):
-        return file_bytes
-    tensors = doc.get("tensors")
-    if not isinstance(tensors, list) or not tensors:
-        return file_bytes
-    names = {t.get("name") for t in tensors}
-    total = 0
-    for t in tensors:
-        n = t.get("nbytes", t.get("bytes"))
-        if not isinstance(n, int):
-            return file_bytes
-        if t.get("name") == "model.embed_tokens.weight" and "lm_head.weight" in names:
-            continue
-        total += n
-    return total
-
-
 # ---- thin-run ----
 
-def thin_run_base(args, path):
+def thin_run_base(args, path, kv_dtype):
     cmd = [os.path.join(args.bin, "thin-run"), path, "--device", args.device]
-    if args.kv_dtype:
-        cmd += ["--kv-dtype", args.kv_dtype]
+    if kv_dtype:
+        cmd += ["--kv-dtype", kv_dtype]
     return cmd
 
 
 def thin_score(run, args, prof, ids_path, out):
-    cmd = thin_run_base(args, prof["path"]) + ["--score", ids_path, "--out", out]
+    cmd = thin_run_base(args, prof["path"], args.score_kv_dtype) + ["--score", ids_path,
+                                                                    "--out", out]
     _, dt = run.run(cmd, "thin-run --score %s" % prof["name"])
     return dt
 
 
-def pick(doc, *names):
-    """The first of names found in doc or in one of its nested objects."""
-    for n in names:
-        if n in doc:
-            return doc[n]
-    for v in doc.values():
-        if isinstance(v, dict):
-            r = pick(v, *names)
-            if r is not None:
-                return r
-    return None
-
-
 def thin_generate(run, args, path, ids, n):
-    cmd = thin_run_base(args, path) + ["--ids", " ".join(map(str, ids)), "--max-tokens", str(n),
-                                       "--temperature", "0", "--json"]
+    cmd = thin_run_base(args, path, args.speed_kv_dtype) + [
+        "--ids", " ".join(map(str, ids)), "--max-tokens", str(n), "--temperature", "0", "--json"]
     out, _ = run.run(cmd, "thin-run --json %d+%d" % (len(ids), n))
     try:
-        return json.loads(out)
+        doc = json.loads(out)
     except ValueError:
         raise StepError("thin-run --json printed no JSON object") from None
+    if not isinstance(doc, dict):
+        raise StepError("thin-run --json printed no JSON object")
+    return doc
 
 
 def thin_speed(run, args, prof, speed_ids, prefill_len):
@@ -312,15 +285,18 @@ def thin_speed(run, args, prof, speed_ids, prefill_len):
     best = {}
     for _ in range(args.repeat):
         doc = thin_generate(run, args, prof["path"], speed_ids[:prefill_len], 1)
-        keep_max(best, "prefill_tokens_per_s", pick(doc, "prefill_tokens_per_s", "prefill_tok_s"))
-        keep_min(best, "load_s", pick(doc, "load_s", "load_seconds"))
+        keep_max(best, "prefill_tokens_per_s", doc.get("prefill_tok_s"))
+        keep_min(best, "load_s", doc.get("load_s"))
         doc = thin_generate(run, args, prof["path"], speed_ids[:args.prompt_len],
                             args.decode_tokens)
-        keep_min(best, "ttft_s", pick(doc, "ttft_s", "time_to_first_token_s"))
-        keep_max(best, "decode_tokens_per_s", pick(doc, "decode_tokens_per_s", "decode_tok_s"))
-        keep_min(best, "load_s", pick(doc, "load_s", "load_seconds"))
-        best["decoded"] = pick(doc, "generated_tokens", "decode_tokens", "tokens_generated")
-        best["device"] = pick(doc, "device") or args.device
+        keep_max(best, "decode_tokens_per_s", doc.get("decode_tok_s"))
+        keep_min(best, "ttft_s", doc.get("ttft_s"))
+        keep_min(best, "load_s", doc.get("load_s"))
+        for k in ("device", "threads", "kv_dtype", "weight_bytes", "generated_tokens", "stop"):
+            best[k] = doc.get(k)
+    for k in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+        if best.get(k) is None:
+            raise StepError("thin-run --json gave no %s" % k)
     return best
 
 
@@ -355,27 +331,20 @@ def ref_run(run, args, spec, dtype, ids_path, out, speed_ids_path):
 # ---- fidelity ----
 
 def compare(run, args, ref, test, vocab):
-    """thin-compare --json, with per-position cosines (computed here when it gives none)."""
+    """thin-compare --json: overall figures and the centered cosine of every position."""
     out, _ = run.run([os.path.join(args.bin, "thin-compare"), ref, test, "--vocab", str(vocab),
                       "--json"], "thin-compare %s" % os.path.basename(test))
     try:
         doc = json.loads(out)
-    except ValueError:
-        raise StepError("thin-compare --json printed no JSON object") from None
-    res = {"positions": pick(doc, "positions", "rows", "n_positions"),
-           "cos_min": pick(doc, "cos_min", "centered_cos_min", "min_cos"),
-           "cos_mean": pick(doc, "cos_mean", "centered_cos_mean", "mean_cos"),
-           "top1_agreement": pick(doc, "top1_agreement", "top1", "top1_agree"),
-           "max_abs_diff": pick(doc, "max_abs_diff", "max_abs")}
-    per = pick(doc, "cos_per_position", "per_position")
-    if isinstance(per, list) and per and isinstance(per[0], dict):
-        per = [pick(r, "cos", "centered_cos") for r in per]
-    if not (isinstance(per, list) and all(isinstance(x, (int, float)) for x in per)):
+        res = {"positions": doc["positions"], "cos_min": doc["cosine_min"],
+               "cos_min_position": doc.get("cosine_min_position"), "cos_mean": doc["cosine_mean"],
+               "top1_agreement": doc["top1_share"], "max_abs_diff": doc["max_abs_diff"],
+               "nonfinite_positions": doc.get("nonfinite_positions")}
+        per = [r["cosine"] for r in doc.get("rows", [])]
+    except (ValueError, KeyError, TypeError) as e:
+        raise StepError("thin-compare --json: unexpected output (%s)" % e) from None
+    if len(per) != res["positions"]:
         per = report_logits.centered_cos_rows(ref, test, vocab)
-    if isinstance(res["positions"], list):
-        res["positions"] = len(res["positions"])
-    if not isinstance(res["positions"], int):
-        res["positions"] = len(per)
     res["cos_per_position"] = per
     return res
 
@@ -423,13 +392,16 @@ def measure_model(run, args, spec, work):
         thin_score(run, args, p, ids_path, logits[p["name"]])
     refs = measure_refs(run, args, spec, m, ids_path, speed_ids_path, work)
     fidelity_rows(run, args, spec, m, refs, logits, vocab)
-    for p in profs:
-        s = {"runtime": "thin-run", "profile": p["name"], "file_bytes": p["file_bytes"],
-             "weight_bytes": p["weight_bytes"]}
+    for p, pm in zip(profs, m["profiles"]):
+        s = {"runtime": "thin-run", "profile": p["name"], "file_bytes": p["file_bytes"]}
         try:
             s.update(thin_speed(run, args, p, speed_ids, spec["prefill_len"]))
         except StepError as e:
             s["error"] = str(e)
+        pm["weight_bytes"] = s.get("weight_bytes")
+        if s.get("generated_tokens") is not None and s["generated_tokens"] < args.decode_tokens:
+            m["notes"].append("thin-run %s decoded %d of %d tokens (stop: %s)." % (
+                p["name"], s["generated_tokens"], args.decode_tokens, s.get("stop")))
         m["speed"].append(s)
     return m
 
@@ -495,7 +467,7 @@ def add_limits(rep):
 
 def main(argv):
     args = parse_args(argv)
-    for tool in ("thin-pack", "thin-quant", "thin-run", "thin-compare", "thin-inspect"):
+    for tool in ("thin-pack", "thin-quant", "thin-run", "thin-compare"):
         if not os.access(os.path.join(args.bin, tool), os.X_OK):
             print("report.py: %s not found in %s (build with make)" % (tool, args.bin),
                   file=sys.stderr)
@@ -522,7 +494,9 @@ def measure_all(args, torch_info, gpu, work):
            "host": {"hostname": platform.node(), "device": args.device, "gpu": gpu,
                     "cpu": platform.processor() or platform.machine()},
            "thin_version": tool_version(os.path.join(args.bin, "thin-run")),
-           "git_commit": git_commit(), "torch": bool(torch_info), "kv_dtype": args.kv_dtype,
+           "git_commit": git_commit(), "torch": bool(torch_info),
+           "score_kv_dtype": args.score_kv_dtype or "thin-run default",
+           "speed_kv_dtype": args.speed_kv_dtype or "thin-run default",
            "command": os.environ.get("REPORT_COMMAND") or
            "python3 bench/report.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
            "models": [], "skipped": [], "errors": []}
@@ -537,7 +511,8 @@ def measure_all(args, torch_info, gpu, work):
         rep["bandwidth_bytes_per_s"] = args.bandwidth * 1e9
         rep["bandwidth_source"] = "given with --bandwidth"
     else:
-        bws = [m["device_copy_bytes_per_s"] for m in rep["models"] if m.get("device_copy_bytes_per_s")]
+        bws = [m["device_copy_bytes_per_s"] for m in rep["models"]
+               if m.get("device_copy_bytes_per_s")]
         rep["bandwidth_bytes_per_s"] = max(bws) if bws else None
         rep["bandwidth_source"] = "1 GiB device-to-device copy timed with torch, read + write bytes"
     add_limits(rep)

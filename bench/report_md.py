@@ -1,4 +1,5 @@
-"""report_md.py: renders a fidelity and speed report (report.json, schema thin-report/1) as Markdown.
+"""report_md.py: renders a fidelity and speed report (report.json, schema thin-report/1) as
+Markdown.
 
 Shared by report.py (which writes report.md after measuring) and plot.py (which regenerates
 report.md from report.json anywhere). Standard library only.
@@ -86,7 +87,8 @@ def profiles_section(m):
     rows = []
     for p in m.get("profiles", []):
         rows.append([p["name"], fmt_bytes(p.get("file_bytes")), fmt_bytes(p.get("weight_bytes")),
-                     fmt_num(p.get("make_s"), 2), "`%s`" % p["make_cmd"] if p.get("make_cmd") else ""])
+                     fmt_num(p.get("make_s"), 2),
+                     "`%s`" % p["make_cmd"] if p.get("make_cmd") else ""])
     return table(["profile", "file", "weights read per token", "made in s", "made by"], rows)
 
 
@@ -97,7 +99,7 @@ def model_section(m):
         out.append("Source: `%s` (%s on disk). Scored sequence: %s." % (
             src, fmt_bytes(m.get("source_bytes")), m.get("ids_what", "—")))
         out.append("")
-    out += ["### Fidelity (teacher-forced logits, full vocabulary, centered cosine per position)", ""]
+    out += ["### Fidelity (teacher-forced logits, centered cosine per position)", ""]
     out += fidelity_section(m) + [""]
     out += ["### Speed (batch 1, greedy)", ""]
     sp = m.get("speed_settings")
@@ -142,15 +144,18 @@ def render(rep):
         rep.get("created", "—"), host.get("hostname", "—"), host.get("device", "—"),
         ", " + host["gpu"] if host.get("gpu") else "", rep.get("thin_version", "—"),
         rep.get("git_commit", "—")))
+    if rep.get("score_kv_dtype"):
+        out.append("KV cache of thin-run: %s when scoring, %s when timing." % (
+            rep["score_kv_dtype"], rep.get("speed_kv_dtype", "—")))
     bw = rep.get("bandwidth_bytes_per_s")
     if bw:
-        out.append("Bandwidth used for the limits: %.2f TB/s (%s); limit = bandwidth / weight bytes "
-                   "read per token." % (bw / 1e12, rep.get("bandwidth_source", "—")))
+        out.append("Bandwidth used for the limits: %.2f TB/s (%s); limit = bandwidth / weight "
+                   "bytes read per token." % (bw / 1e12, rep.get("bandwidth_source", "—")))
     out.append("")
     out += summary_lines(rep) + [""]
-    out.append("Fidelity: min/mean over positions of the cosine of the logits after subtracting each "
-               "row's mean, over the whole vocabulary; top-1 agree = share of positions whose argmax "
-               "matches the reference's.")
+    out.append("Fidelity: min/mean over positions of the cosine of the logits after subtracting "
+               "each row's mean, over the whole vocabulary; top-1 agree = share of positions whose "
+               "argmax matches the reference's.")
     out.append("")
     for m in rep.get("models", []):
         out += model_section(m)

@@ -5,7 +5,7 @@
 set -eu
 R=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
-for t in thin-pack thin-quant thin-run thin-compare thin-inspect; do
+for t in thin-pack thin-quant thin-run thin-compare; do
     if [ ! -f "$R/tools/$t/main.c" ]; then echo "SKIP: tools/$t/main.c not written yet"; exit 0; fi
 done
 
