@@ -1,0 +1,599 @@
+/*
+ * thin-run — runs a .thin model's execution tape: generates text from a prompt, or scores an id
+ * sequence (teacher-forced logits for every position).
+ *
+ * Sections: options, model loading, prompt and ids, output of text, generation, scoring, main.
+ *
+ * --json prints one object on stdout after the run instead of streaming text; its fields are only
+ * ever added, never renamed: model, digest, device, threads, kv_dtype, weight_bytes, load_s,
+ * prompt_tokens, prefill_s, prefill_tok_s, generated_tokens, decode_s, decode_tok_s, ttft_s,
+ * stop ("eos", "bos", "stop_string", "max_tokens", "context"), ids (generated), text.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "plan.h"
+#include "run_util.h"
+#include "sampler.h"
+#include "thin.h"
+#include "tokenizer.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "thin-run writes logits as little-endian floats and assumes a little-endian host"
+#endif
+
+#define MAX_STOPS 16
+
+typedef struct options {
+    const char *model, *prompt, *ids, *ids_file, *score, *out, *dump_logits, *system;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+    long long max_tokens;   /* -1 = up to the context limit */
+    long long ctx;          /* 0 = the model's limit */
+    double temperature, top_p;
+    long long top_k, threads;
+    uint64_t seed;
+    int have_seed, chat, no_bos, echo, json, verify, quiet;
+    thin_dtype kv_dtype;    /* INVALID = the file's runtime default */
+    const char *device;     /* NULL = auto */
+} options;
+
+static void usage(void) {
+    printf(
+        "Usage: %s MODEL.thin [options]      (MODEL '-' reads the file from stdin)\n"
+        "Generates text with the model's execution tape, or scores an id sequence.\n\n"
+        "Prompt:\n"
+        "  -p, --prompt TEXT     prompt text (BOS is prepended unless --no-bos)\n"
+        "  --ids \"1 403 407\"     prompt as token ids, used as given\n"
+        "  --ids-file F          prompt ids from a file of whitespace-separated ids ('-' stdin)\n"
+        "  --chat                wrap the prompt in the model's chat template\n"
+        "  --system TEXT         system message for --chat\n"
+        "  --no-bos              do not prepend BOS to a text prompt\n"
+        "  --echo                print the prompt's text before the generation\n"
+        "Generation:\n"
+        "  -n, --max-tokens N    tokens to generate (default: up to the context limit)\n"
+        "  -t, --temperature T   0 = greedy (default 0.8)\n"
+        "  --top-k K             keep the K most likely tokens (0 = off, default)\n"
+        "  --top-p P             nucleus sampling mass (default 0.95; 1 = off)\n"
+        "  --seed S              sampler seed (default: from the clock)\n"
+        "  --stop STR            stop when the text contains STR (repeatable)\n"
+        "  --ctx N               context length (default: the model's limit)\n"
+        "Measurement:\n"
+        "  --score FILE          teacher-forced: run the ids in FILE ('-' stdin) and write the\n"
+        "                        logits of every position as raw F32 rows to --out\n"
+        "  --out FILE            output of --score ('-' = stdout, the default; never a terminal)\n"
+        "  --dump-logits FILE    write the logits of each generated step as raw F32 rows\n"
+        "  --json                print a JSON summary on stdout instead of streaming the text\n"
+        "Runtime:\n"
+        "  --device cpu|cuda     default: cuda when built with CUDA and a GPU is present\n"
+        "  --threads N           CPU threads (default: all cores)\n"
+        "  --kv-dtype bf16|f32   KV cache type (default: the file's runtime setting, else bf16)\n"
+        "  --verify / --no-verify  check every chunk checksum on load (default: verify)\n"
+        "  -q, --quiet           no warnings or notes\n"
+        "  -h, --help            this help;  --version  the version\n"
+        "Exit status: 0 ok, 1 bad model or data (or a failed run), 2 usage error.\n",
+        cli_prog());
+}
+
+enum {
+    O_IDS = 256, O_IDS_FILE, O_CHAT, O_SYSTEM, O_NO_BOS, O_ECHO, O_TOPK, O_TOPP, O_SEED, O_STOP,
+    O_CTX, O_SCORE, O_OUT, O_DUMP, O_JSON, O_DEVICE, O_THREADS, O_KV, O_VERIFY, O_NO_VERIFY,
+    O_VERSION
+};
+
+static const struct option long_opts[] = {
+    {"prompt", 1, 0, 'p'},      {"ids", 1, 0, O_IDS},           {"ids-file", 1, 0, O_IDS_FILE},
+    {"chat", 0, 0, O_CHAT},     {"system", 1, 0, O_SYSTEM},     {"no-bos", 0, 0, O_NO_BOS},
+    {"echo", 0, 0, O_ECHO},     {"max-tokens", 1, 0, 'n'},      {"temperature", 1, 0, 't'},
+    {"top-k", 1, 0, O_TOPK},    {"top-p", 1, 0, O_TOPP},        {"seed", 1, 0, O_SEED},
+    {"stop", 1, 0, O_STOP},     {"ctx", 1, 0, O_CTX},           {"score", 1, 0, O_SCORE},
+    {"out", 1, 0, O_OUT},       {"dump-logits", 1, 0, O_DUMP},  {"json", 0, 0, O_JSON},
+    {"device", 1, 0, O_DEVICE}, {"threads", 1, 0, O_THREADS},   {"kv-dtype", 1, 0, O_KV},
+    {"verify", 0, 0, O_VERIFY}, {"no-verify", 0, 0, O_NO_VERIFY}, {"quiet", 0, 0, 'q'},
+    {"help", 0, 0, 'h'},        {"version", 0, 0, O_VERSION},   {0, 0, 0, 0}};
+
+static int parse_number_opt(int c, const char *arg, options *o) {
+    long long v;
+    double d;
+    switch (c) {
+    case 'n':
+        if (cli_parse_int(arg, 0, 1ll << 31, &v)) return cli_usage_error("bad --max-tokens");
+        o->max_tokens = v;
+        return 0;
+    case 't':
+        if (cli_parse_float(arg, &d) || d < 0 || d > 100) return cli_usage_error("bad --temperature");
+        o->temperature = d;
+        return 0;
+    case O_TOPK:
+        if (cli_parse_int(arg, 0, 1ll << 31, &o->top_k)) return cli_usage_error("bad --top-k");
+        return 0;
+    case O_TOPP:
+        if (cli_parse_float(arg, &d) || !(d > 0 && d <= 1)) return cli_usage_error("bad --top-p");
+        o->top_p = d;
+        return 0;
+    case O_SEED:
+        if (cli_parse_int(arg, 0, INT64_MAX, &v)) return cli_usage_error("bad --seed");
+        o->seed = (uint64_t)v;
+        o->have_seed = 1;
+        return 0;
+    case O_CTX:
+        if (cli_parse_int(arg, 1, UINT32_MAX, &o->ctx)) return cli_usage_error("bad --ctx");
+        return 0;
+    default: /* O_THREADS */
+        if (cli_parse_int(arg, 1, 1024, &o->threads)) return cli_usage_error("bad --threads");
+        return 0;
+    }
+}
+
+static int parse_opt(int c, const char *arg, options *o) {
+    switch (c) {
+    case 'p': o->prompt = arg; return 0;
+    case O_IDS: o->ids = arg; return 0;
+    case O_IDS_FILE: o->ids_file = arg; return 0;
+    case O_CHAT: o->chat = 1; return 0;
+    case O_SYSTEM: o->system = arg; return 0;
+    case O_NO_BOS: o->no_bos = 1; return 0;
+    case O_ECHO: o->echo = 1; return 0;
+    case O_STOP:
+        if (o->n_stops == MAX_STOPS || !arg[0]) return cli_usage_error("bad or too many --stop");
+        o->stops[o->n_stops++] = arg;
+        return 0;
+    case O_SCORE: o->score = arg; return 0;
+    case O_OUT: o->out = arg; return 0;
+    case O_DUMP: o->dump_logits = arg; return 0;
+    case O_JSON: o->json = 1; return 0;
+    case O_DEVICE:
+        if (strcmp(arg, "cpu") && strcmp(arg, "cuda")) return cli_usage_error("--device cpu|cuda");
+        o->device = arg;
+        return 0;
+    case O_KV:
+        o->kv_dtype = strcasecmp(arg, "bf16") == 0  ? THIN_DTYPE_BF16
+                      : strcasecmp(arg, "f32") == 0 ? THIN_DTYPE_F32 : THIN_DTYPE_INVALID;
+        return o->kv_dtype ? 0 : cli_usage_error("--kv-dtype bf16|f32");
+    case O_VERIFY: o->verify = 1; return 0;
+    case O_NO_VERIFY: o->verify = 0; return 0;
+    case 'q': o->quiet = 1; cli_set_quiet(1); return 0;
+    case 'h': usage(); exit(cli_close_stdout());
+    case O_VERSION: printf("%s %s\n", cli_prog(), THIN_LIB_VERSION); exit(cli_close_stdout());
+    default: return parse_number_opt(c, arg, o);
+    }
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    *o = (options){.max_tokens = -1, .temperature = 0.8, .top_p = 0.95, .verify = 1};
+    int c;
+    while ((c = getopt_long(argc, argv, "p:n:t:qh", long_opts, NULL)) != -1) {
+        if (c == '?' || c == ':') return CLI_EXIT_USAGE;
+        int rc = parse_opt(c, optarg, o);
+        if (rc) return rc;
+    }
+    if (argc - optind != 1) return cli_usage_error("expected one model file");
+    o->model = argv[optind];
+    int n_prompts = !!o->prompt + !!o->ids + !!o->ids_file;
+    if (n_prompts > 1) return cli_usage_error("give only one of -p, --ids, --ids-file");
+    if (o->score && (n_prompts || o->chat || o->dump_logits))
+        return cli_usage_error("--score takes no prompt, --chat or --dump-logits");
+    if (o->out && !o->score) return cli_usage_error("--out goes with --score");
+    if (o->json && o->score) return cli_usage_error("--json goes with generation, not --score");
+    if (o->chat && !o->prompt) return cli_usage_error("--chat needs a text prompt (-p)");
+    if (!o->have_seed) o->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return 0;
+}
+
+/* ---- model loading ---- */
+
+typedef struct run {
+    const options *o;
+    thin_file *f;
+    plan p;
+    tok *tk;                /* NULL when the file carries no tokenizer */
+    const backend_ops *be;
+    void *sess;
+    uint32_t ctx;           /* positions available */
+    unsigned threads;
+    double load_s;
+    char digest[65];
+} run;
+
+static int verify_progress(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    cli_progress("verifying", done, total);
+    return 0;
+}
+
+static int open_model(run *r) {
+    const options *o = r->o;
+    thin_status st;
+    if (!(r->f = thin_file_new())) return cli_error("out of memory"), CLI_EXIT_DATA;
+    st = strcmp(o->model, "-") == 0 ? thin_file_open_fd(r->f, STDIN_FILENO, "stdin", 0)
+                                    : thin_file_open(r->f, o->model, 0);
+    if (st == THIN_OK && o->verify) {
+        st = thin_file_verify(r->f, r->threads, o->quiet ? NULL : verify_progress, NULL);
+        cli_progress_end();
+        if (st != THIN_OK) {
+            cli_error("%s (use --no-verify to run it anyway)", thin_file_error(r->f));
+            return CLI_EXIT_DATA;
+        }
+    }
+    if (st != THIN_OK) return cli_error("%s", thin_file_error(r->f)), CLI_EXIT_DATA;
+    thin_hex32(thin_file_digest(r->f), r->digest);
+    char err[512];
+    if (plan_build(&r->p, r->f, o->kv_dtype, err, sizeof err) != THIN_OK)
+        return cli_error("%s: %s", o->model, err), CLI_EXIT_DATA;
+    return 0;
+}
+
+/* Loads the tokenizer the file carries, if any. */
+static int load_tokenizer(run *r) {
+    const char *text, *name, *cfg_name;
+    const void *data, *cfg = NULL;
+    size_t size, cfg_size = 0;
+    char err[512];
+    json_t *t;
+    if (thin_file_section(r->f, "tokenizer", &text) != THIN_OK) return 0;
+    if (!(t = json_loads(text, 0, NULL))) return 0;
+    int rc = 0;
+    const char *format = json_string_value(json_object_get(t, "format"));
+    if (format && strcmp(format, "hf") == 0 &&
+        (name = json_string_value(json_object_get(t, "tokenizer_json"))) &&
+        thin_file_blob(r->f, name, &data, &size) == THIN_OK) {
+        cfg_name = json_string_value(json_object_get(t, "tokenizer_config"));
+        if (cfg_name && thin_file_blob(r->f, cfg_name, &cfg, &cfg_size) != THIN_OK) cfg = NULL;
+        rc = tok_load_hf(&r->tk, data, size, cfg, cfg ? cfg_size : 0, err, sizeof err);
+    } else if (format && strcmp(format, "gguf") == 0 &&
+               (name = json_string_value(json_object_get(t, "blob"))) &&
+               thin_file_blob(r->f, name, &data, &size) == THIN_OK) {
+        rc = tok_load_gguf(&r->tk, data, size, err, sizeof err);
+    } else {
+        cli_warn("%s: the tokenizer section names no usable blob", r->o->model);
+    }
+    json_decref(t);
+    if (rc) return cli_error("%s: tokenizer: %s", r->o->model, err), CLI_EXIT_DATA;
+    if (r->tk && tok_vocab_size(r->tk) > r->p.hp.vocab_size)
+        return cli_error("%s: the tokenizer has %u tokens, the model %u", r->o->model,
+                         tok_vocab_size(r->tk), r->p.hp.vocab_size), CLI_EXIT_DATA;
+    return 0;
+}
+
+#ifdef THIN_RUN_CUDA
+static int gpu_present(void) { return cuda_backend_available(); }
+#endif
+
+static int start_backend(run *r) {
+    const options *o = r->o;
+    r->be = &backend_cpu;
+#ifdef THIN_RUN_CUDA
+    int gpu = gpu_present();
+    if (o->device ? strcmp(o->device, "cuda") == 0 : gpu) {
+        if (!gpu) return cli_error("--device cuda: no usable GPU found"), CLI_EXIT_DATA;
+        r->be = &backend_cuda;
+    }
+#else
+    if (o->device && strcmp(o->device, "cuda") == 0)
+        return cli_error("--device cuda: this build has no CUDA backend"), CLI_EXIT_DATA;
+#endif
+    if (o->ctx > r->p.hp.max_pos)
+        return cli_error("--ctx %lld exceeds the model's limit of %u positions", o->ctx,
+                         r->p.hp.max_pos), CLI_EXIT_DATA;
+    r->ctx = o->ctx ? (uint32_t)o->ctx : r->p.hp.max_pos;
+    char err[512];
+    if (r->be->create(&r->sess, &r->p, r->ctx, r->threads, err, sizeof err))
+        return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
+    return 0;
+}
+
+static int load(run *r) {
+    double t0 = cli_now();
+    int rc = open_model(r);
+    if (!rc) rc = load_tokenizer(r);
+    if (!rc) rc = start_backend(r);
+    r->load_s = cli_now() - t0;
+    return rc;
+}
+
+static void unload(run *r) {
+    if (r->sess) r->be->free(r->sess);
+    tok_free(r->tk);
+    plan_free(&r->p);
+    thin_file_free(r->f);
+}
+
+/* ---- prompt ---- */
+
+static int prompt_ids(run *r, int32_t **ids, size_t *n) {
+    const options *o = r->o;
+    char err[512];
+    if (o->ids || o->ids_file) {
+        char *text = (char *)o->ids;
+        size_t len;
+        if (o->ids_file && read_whole(o->ids_file, &text, &len))
+            return cli_error("%s: cannot read: %s", o->ids_file, strerror(errno)), CLI_EXIT_DATA;
+        int rc = ids_parse(text, r->p.hp.vocab_size, ids, n, err, sizeof err);
+        if (o->ids_file) free(text);
+        if (rc) return cli_error("%s: %s", o->ids_file ? o->ids_file : "--ids", err), CLI_EXIT_DATA;
+        return 0;
+    }
+    if (o->chat) return cli_error("--chat: this build has no chat template support"), CLI_EXIT_DATA;
+    int32_t bos = r->tk && tok_bos(r->tk) >= 0 ? tok_bos(r->tk) : r->p.hp.bos_id;
+    if (!o->prompt || !o->prompt[0]) { /* no prompt: BOS alone, as llama2.c does */
+        if (bos < 0 || o->no_bos)
+            return cli_error("the model has no BOS token: give a prompt"), CLI_EXIT_DATA;
+        if (!(*ids = malloc(sizeof **ids))) return cli_error("out of memory"), CLI_EXIT_DATA;
+        (*ids)[0] = bos;
+        *n = 1;
+        return 0;
+    }
+    if (!r->tk) return cli_error("%s carries no tokenizer: use --ids", o->model), CLI_EXIT_DATA;
+    int add_bos = !o->no_bos && tok_add_bos(r->tk);
+    if (tok_encode(r->tk, o->prompt, strlen(o->prompt), add_bos, 0, ids, n, err, sizeof err))
+        return cli_error("prompt: %s", err), CLI_EXIT_DATA;
+    if (*n == 0) return cli_error("the prompt encodes to no tokens"), CLI_EXIT_DATA;
+    return 0;
+}
+
+/* ---- text output ---- */
+
+typedef struct out_text {
+    int json;        /* collect into buf instead of writing to stdout */
+    char *buf;
+    size_t len, cap;
+    int failed;
+} out_text;
+
+static void text_out(void *user, const char *s, size_t n) {
+    out_text *t = user;
+    if (!t->json) {
+        if (fwrite(s, 1, n, stdout) != n || fflush(stdout)) t->failed = 1;
+        return;
+    }
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = (t->len + n + 1) * 2;
+        char *b = realloc(t->buf, cap);
+        if (!b) {
+            t->failed = 1;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+    memcpy(t->buf + t->len, s, n);
+    t->len += n;
+    t->buf[t->len] = '\0';
+}
+
+/* Sends the text of token id through the decoder (or its number, without a tokenizer) to the
+ * stop filter. Returns 1 when a stop string completed, 0 to go on, -1 on failure. */
+static int emit_token(run *r, tok_decoder *d, stop_filter *sf, int32_t id) {
+    char buf[1024];
+    size_t n = 0;
+    if (!r->tk) n = (size_t)snprintf(buf, sizeof buf, "%d ", id);
+    else if (tok_decoder_push(d, id, buf, sizeof buf, &n)) return -1;
+    return stop_filter_push(sf, buf, n);
+}
+
+/* ---- generation ---- */
+
+typedef struct gen {
+    int32_t *ids;           /* generated ids */
+    size_t n_ids;
+    size_t n_prompt;
+    size_t n_forward;       /* decode steps run */
+    double prefill_s, decode_s, ttft_s;
+    const char *stop;       /* why generation ended */
+    FILE *dump;             /* --dump-logits, or NULL */
+    float *logits;          /* vocab floats, when the host needs them */
+} gen;
+
+static int is_stop_token(const run *r, int32_t id) {
+    for (int i = 0; r->p.hp.eos_ids[i] >= 0 && i < 8; i++)
+        if (id == r->p.hp.eos_ids[i]) return 1;
+    if (r->tk && tok_eos(r->tk) == id) return 1;
+    return 0;
+}
+
+static int is_bos(const run *r, int32_t id) {
+    int32_t bos = r->tk && tok_bos(r->tk) >= 0 ? tok_bos(r->tk) : r->p.hp.bos_id;
+    return bos >= 0 && id == bos;
+}
+
+/* Runs the prompt; leaves the logits of its last position in g->logits (or the argmax). */
+static int prefill(run *r, const int32_t *prompt, size_t n, gen *g, int32_t *next) {
+    double t0 = cli_now();
+    if (n > 1 && r->be->forward(r->sess, prompt, (uint32_t)n - 1, 0, NULL, NULL)) return -1;
+    if (r->be->forward(r->sess, prompt + n - 1, 1, (uint32_t)n - 1, g->logits, next)) return -1;
+    g->prefill_s = cli_now() - t0;
+    return 0;
+}
+
+/* Chooses the token after the current logits, writing them to --dump-logits. */
+static int choose(run *r, sampler *s, gen *g, int32_t argmax, int32_t *next) {
+    uint32_t vocab = r->p.hp.vocab_size;
+    if (g->dump && fwrite(g->logits, sizeof(float), vocab, g->dump) != vocab) {
+        cli_error("%s: write failed", r->o->dump_logits);
+        return -1;
+    }
+    *next = s->temperature == 0.0f ? argmax : sampler_sample(s, g->logits);
+    return 0;
+}
+
+static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *sf, int32_t am) {
+    uint32_t pos = (uint32_t)g->n_prompt;
+    double t0 = cli_now();
+    for (;;) {
+        int32_t next;
+        if (choose(r, s, g, am, &next)) return -1;
+        if (g->n_ids == 0) g->ttft_s = g->prefill_s + (cli_now() - t0);
+        if (is_stop_token(r, next) || is_bos(r, next)) {
+            g->stop = is_bos(r, next) ? "bos" : "eos";
+            break;
+        }
+        g->ids[g->n_ids++] = next;
+        int hit = emit_token(r, d, sf, next);
+        if (hit < 0) return cli_error("decoding token %d failed", next), -1;
+        if (hit) {
+            g->stop = "stop_string";
+            break;
+        }
+        if (r->o->max_tokens >= 0 && g->n_ids == (size_t)r->o->max_tokens) {
+            g->stop = "max_tokens";
+            break;
+        }
+        if (pos >= r->ctx) {
+            g->stop = "context";
+            if (!r->o->quiet && !r->o->json)
+                fprintf(stderr, "\n%s: note: reached the context limit of %u positions\n",
+                        cli_prog(), r->ctx);
+            break;
+        }
+        if (r->be->forward(r->sess, &next, 1, pos++, g->logits, &am)) return -1;
+        g->n_forward++;
+    }
+    g->decode_s = cli_now() - t0;
+    return 0;
+}
+
+static void print_json(const run *r, const gen *g, const out_text *t) {
+    json_t *ids = json_array();
+    for (size_t i = 0; ids && i < g->n_ids; i++) json_array_append_new(ids, json_integer(g->ids[i]));
+    json_t *j = json_pack(
+        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss}", "model", r->o->model, "digest",
+        r->digest, "device", r->be->name, "threads", (json_int_t)r->threads, "kv_dtype",
+        thin_dtype_name(r->p.kv_dtype), "weight_bytes", (json_int_t)r->p.weight_bytes, "load_s",
+        r->load_s, "prompt_tokens", (json_int_t)g->n_prompt, "prefill_s", g->prefill_s,
+        "prefill_tok_s", g->prefill_s > 0 ? (double)g->n_prompt / g->prefill_s : 0.0,
+        "generated_tokens", (json_int_t)g->n_ids, "decode_s", g->decode_s, "decode_tok_s",
+        g->decode_s > 0 ? (double)g->n_forward / g->decode_s : 0.0, "ttft_s", g->ttft_s, "stop",
+        g->stop ? g->stop : "none", "ids", ids, "text", t->buf ? t->buf : "");
+    char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+/* Prints the prompt's text (--echo) through the decoder. */
+static int echo_prompt(run *r, tok_decoder *d, stop_filter *sf, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!is_bos(r, ids[i]) && emit_token(r, d, sf, ids[i]) < 0) return -1;
+    return 0;
+}
+
+static int generate_text(run *r, gen *g, const int32_t *prompt) {
+    const options *o = r->o;
+    sampler s;
+    tok_decoder d;
+    stop_filter sf;
+    out_text t = {o->json, NULL, 0, 0, 0};
+    int32_t am = 0;
+    if (sampler_init(&s, r->p.hp.vocab_size, (float)o->temperature, (uint32_t)o->top_k,
+                     (float)o->top_p, o->seed))
+        return cli_error("out of memory"), CLI_EXIT_DATA;
+    if (r->tk) tok_decoder_init(&d, r->tk);
+    stop_filter_init(&sf, o->stops, o->n_stops, text_out, &t);
+    int rc = CLI_EXIT_DATA;
+    if (o->echo && echo_prompt(r, &d, &sf, prompt, g->n_prompt)) cli_error("decoding failed");
+    else if (prefill(r, prompt, g->n_prompt, g, &am)) cli_error("the prompt could not be run");
+    else if (decode_loop(r, &s, g, &d, &sf, am) == 0) rc = 0;
+    if (r->tk) {
+        char tail[64];
+        size_t n = 0;
+        if (tok_decoder_flush(&d, tail, sizeof tail, &n) == 0 && n) stop_filter_push(&sf, tail, n);
+    }
+    stop_filter_finish(&sf);
+    if (!o->json && !t.failed) text_out(&t, "\n", 1);
+    if (t.failed) rc = CLI_EXIT_DATA, cli_error("writing the text failed");
+    if (!rc && o->json) print_json(r, g, &t);
+    free(t.buf);
+    sampler_free(&s);
+    return rc;
+}
+
+static int generate(run *r) {
+    const options *o = r->o;
+    gen g = {0};
+    int32_t *prompt = NULL;
+    int rc = prompt_ids(r, &prompt, &g.n_prompt);
+    if (rc) return rc;
+    if (g.n_prompt > r->ctx) {
+        cli_error("the prompt has %zu tokens, more than the context of %u positions", g.n_prompt,
+                  r->ctx);
+        free(prompt);
+        return CLI_EXIT_DATA;
+    }
+    int need_logits = o->temperature > 0 || o->dump_logits;
+    g.ids = malloc(((size_t)r->ctx + 1) * sizeof *g.ids);
+    g.logits = need_logits ? malloc((size_t)r->p.hp.vocab_size * sizeof(float)) : NULL;
+    if (!g.ids || (need_logits && !g.logits)) rc = CLI_EXIT_DATA, cli_error("out of memory");
+    else if (o->dump_logits && !(g.dump = fopen(o->dump_logits, "wb")))
+        rc = CLI_EXIT_DATA, cli_error("%s: cannot create: %s", o->dump_logits, strerror(errno));
+    if (!rc) rc = generate_text(r, &g, prompt);
+    if (g.dump && fclose(g.dump) && !rc)
+        rc = CLI_EXIT_DATA, cli_error("%s: write failed", o->dump_logits);
+    free(g.ids);
+    free(g.logits);
+    free(prompt);
+    return rc;
+}
+
+/* ---- scoring ---- */
+
+static int score_rows(run *r, const int32_t *ids, size_t n, FILE *out, const char *out_name) {
+    uint32_t vocab = r->p.hp.vocab_size;
+    float *row = malloc((size_t)vocab * sizeof *row);
+    if (!row) return cli_error("out of memory"), CLI_EXIT_DATA;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (r->be->forward(r->sess, ids + i, 1, (uint32_t)i, row, NULL))
+            rc = CLI_EXIT_DATA, cli_error("position %zu could not be run", i);
+        else if (fwrite(row, sizeof *row, vocab, out) != vocab)
+            rc = CLI_EXIT_DATA, cli_error("%s: write failed", out_name);
+    }
+    free(row);
+    return rc;
+}
+
+static int score(run *r) {
+    const options *o = r->o;
+    char *text, err[512];
+    size_t len, n;
+    int32_t *ids;
+    if (read_whole(o->score, &text, &len))
+        return cli_error("%s: cannot read: %s", o->score, strerror(errno)), CLI_EXIT_DATA;
+    int rc = ids_parse(text, r->p.hp.vocab_size, &ids, &n, err, sizeof err);
+    free(text);
+    if (rc) return cli_error("%s: %s", o->score, err), CLI_EXIT_DATA;
+    int to_stdout = !o->out || strcmp(o->out, "-") == 0;
+    FILE *out = to_stdout ? stdout : fopen(o->out, "wb");
+    if (n > r->ctx)
+        rc = CLI_EXIT_DATA, cli_error("%s: %zu ids, more than the context of %u positions",
+                                      o->score, n, r->ctx);
+    else if (!out) rc = CLI_EXIT_DATA, cli_error("%s: cannot create: %s", o->out, strerror(errno));
+    else if (to_stdout && cli_stdout_is_tty())
+        rc = CLI_EXIT_DATA, cli_error("refusing to write binary logits to a terminal (use --out)");
+    else rc = score_rows(r, ids, n, out, to_stdout ? "stdout" : o->out);
+    if (out && !to_stdout && fclose(out) && !rc)
+        rc = CLI_EXIT_DATA, cli_error("%s: write failed", o->out);
+    free(ids);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    cli_init(argv[0]);
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    run r = {.o = &o, .threads = o.threads ? (unsigned)o.threads : thin_cpu_count()};
+    rc = load(&r);
+    if (!rc) rc = o.score ? score(&r) : generate(&r);
+    unload(&r);
+    if (cli_close_stdout() && !rc) rc = CLI_EXIT_DATA;
+    return rc;
+}
