@@ -242,6 +242,13 @@ static int list_folder(const char *folder, char ***list, size_t *n, json_t **wei
     free(p);
     if (has_index)
         return rc;
+    if (asprintf(&p, "%s/model.safetensors", folder) < 0)
+        return fail(err, errlen, "out of memory");
+    int has_single = stat(p, &st) == 0;
+    free(p);
+    if (has_single)
+        return list_add(list, n, folder, "model.safetensors") ? fail(err, errlen, "out of memory")
+                                                               : 0;
     DIR *d = opendir(folder);
     if (!d)
         return fail(err, errlen, "%s: %s", folder, strerror(errno));
