@@ -182,7 +182,11 @@ static void test_encode_speed(void **state)
     double ms_per_kb = ((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6)
                        / 20.0 / ((double)v->inp_len / 1024.0);
     fprintf(stderr, "encode: %.3f ms per KB\n", ms_per_kb);
+#if defined(__SANITIZE_ADDRESS__)
+    assert_true(ms_per_kb < 50.0); /* sanitizer builds are many times slower */
+#else
     assert_true(ms_per_kb < 1.0);
+#endif
 }
 
 int main(void)
