@@ -479,10 +479,17 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
     json_decref(j);
 }
 
-/* Prints the prompt's text (--echo) through the decoder. */
-static int echo_prompt(run *r, tok_decoder *d, stop_filter *sf, const int32_t *ids, size_t n) {
+static void discard(void *user, const char *s, size_t n) { (void)user, (void)s, (void)n; }
+
+/* Sends the prompt through the decoder, so that the generation's first piece decodes as a
+ * continuation; its text is shown with --echo and dropped otherwise. */
+static int decode_prompt(run *r, tok_decoder *d, stop_filter *sf, const int32_t *ids, size_t n) {
+    stop_filter quiet;
+    stop_filter_init(&quiet, NULL, 0, discard, NULL);
+    if (!r->tk && !r->o->echo) return 0;
     for (size_t i = 0; i < n; i++)
-        if (!is_bos(r, ids[i]) && emit_token(r, d, sf, ids[i]) < 0) return -1;
+        if (!is_bos(r, ids[i]) && emit_token(r, d, r->o->echo ? sf : &quiet, ids[i]) < 0)
+            return -1;
     return 0;
 }
 
@@ -499,7 +506,7 @@ static int generate_text(run *r, gen *g, const int32_t *prompt) {
     if (r->tk) tok_decoder_init(&d, r->tk);
     stop_filter_init(&sf, o->stops, o->n_stops, text_out, &t);
     int rc = CLI_EXIT_DATA;
-    if (o->echo && echo_prompt(r, &d, &sf, prompt, g->n_prompt)) cli_error("decoding failed");
+    if (decode_prompt(r, &d, &sf, prompt, g->n_prompt)) cli_error("decoding failed");
     else if (prefill(r, prompt, g->n_prompt, g, &am)) cli_error("the prompt could not be run");
     else if (decode_loop(r, &s, g, &d, &sf, am) == 0) rc = 0;
     if (r->tk) {
