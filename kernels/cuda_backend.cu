@@ -1,0 +1,363 @@
+/*
+ * cuda_backend.cu — the CUDA backend's C API (tools/thin-run/backend.h, kernels/cuda_backend.h):
+ * session creation (weights, buffers, KV caches, compiled steps), forward, sampling and teardown.
+ * Every CUDA call is checked; a failure leaves "file:line: call: error" in the session's message
+ * and returns -1. Nothing here exits or aborts.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_session.cuh"
+
+#define MAX_BATCH 512u
+
+int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
+    if (s) snprintf(s->err, sizeof s->err, "%s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
+    return -1;
+}
+
+int cuda_failf(cuda_session *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int cuda_alloc(cuda_session *s, void **ptr, size_t bytes) {
+    *ptr = NULL;
+    if (s->n_allocs == s->cap_allocs) {
+        uint32_t cap = s->cap_allocs ? 2 * s->cap_allocs : 64;
+        void **a = (void **)realloc(s->allocs, cap * sizeof *a);
+        if (!a) return cuda_failf(s, "out of memory");
+        s->allocs = a;
+        s->cap_allocs = cap;
+    }
+    CK(s, cudaMalloc(ptr, bytes ? bytes : 16));
+    s->allocs[s->n_allocs++] = *ptr;
+    return 0;
+}
+
+extern "C" int cuda_backend_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" const char *cuda_session_error(const cuda_session *s) { return s ? s->err : ""; }
+
+extern "C" uint64_t cuda_session_weight_bytes(const cuda_session *s) {
+    uint64_t t = 0;
+    for (uint32_t i = 0; s && i < s->n_w; i++)
+        t += (uint64_t)s->w[i].rows * s->w[i].pitch * thin_dtype_size((thin_dtype)s->w[i].dtype);
+    return t;
+}
+
+extern "C" int cuda_device_describe(char *buf, size_t len) {
+    cudaDeviceProp pr;
+    if (!cuda_backend_available() || cudaGetDeviceProperties(&pr, 0) != cudaSuccess) return -1;
+    snprintf(buf, len, "%s, %d SMs, %.1f GiB", pr.name, pr.multiProcessorCount,
+             (double)pr.totalGlobalMem / (1u << 30));
+    return 0;
+}
+
+/* Buffers, KV caches and scratch. */
+static int alloc_state(cuda_session *s) {
+    const plan *p = s->p;
+    for (uint32_t i = 0; i < p->n_bufs; i++) {
+        if (p->buf_sizes[i] > UINT32_MAX / MAX_BATCH) return cuda_failf(s, "buffer %s too large", p->buf_names[i]);
+        if (cuda_alloc(s, (void **)&s->buf[i], (size_t)s->max_batch * p->buf_sizes[i] * sizeof(float)))
+            return -1;
+        CK(s, cudaMemset(s->buf[i], 0, (size_t)s->max_batch * p->buf_sizes[i] * sizeof(float)));
+    }
+    size_t kvsz = thin_dtype_size(p->kv_dtype);
+    uint32_t maxh = 1, maxhd = 1;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        if (o->kind != PLAN_ATTENTION) continue;
+        if (!o->n_kv_heads || !o->head_dim || o->n_heads % o->n_kv_heads || o->head_dim % 2)
+            return cuda_failf(s, "attention op %u: bad head counts", i);
+        size_t bytes = (size_t)s->max_ctx * o->n_kv_heads * o->head_dim * kvsz;
+        if (cuda_alloc(s, &s->op_kc[i], bytes) || cuda_alloc(s, &s->op_vc[i], bytes)) return -1;
+        CK(s, cudaMemset(s->op_kc[i], 0, bytes));
+        CK(s, cudaMemset(s->op_vc[i], 0, bytes));
+        maxh = o->n_heads > maxh ? o->n_heads : maxh;
+        maxhd = o->head_dim > maxhd ? o->head_dim : maxhd;
+    }
+    uint32_t want = (2u * (uint32_t)s->n_sm + maxh - 1) / maxh;
+    uint32_t most = (s->max_ctx + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    s->n_splits = want < most ? want : most;
+    if (s->n_splits < 1) s->n_splits = 1;
+    s->chunk_max = (s->max_ctx + s->n_splits - 1) / s->n_splits;
+    while ((size_t)(s->chunk_max + maxhd + 128) * 4 > 200 * 1024) {
+        s->n_splits *= 2;
+        s->chunk_max = (s->max_ctx + s->n_splits - 1) / s->n_splits;
+    }
+    if (s->chunk_max < ATTN_MIN_CHUNK) s->chunk_max = ATTN_MIN_CHUNK;
+    size_t part = (size_t)s->max_batch * maxh * s->n_splits * (maxhd + 2) * sizeof(float);
+    uint32_t vocab = (uint32_t)p->buf_sizes[p->logits_buf];
+    if (cuda_alloc(s, (void **)&s->d_attnpart, part) ||
+        cuda_alloc(s, (void **)&s->d_tokens, s->max_batch * sizeof(int32_t)) ||
+        cuda_alloc(s, (void **)&s->d_pos, sizeof(int32_t)) ||
+        cuda_alloc(s, (void **)&s->d_argmax, s->max_batch * sizeof(int32_t)) ||
+        cuda_alloc(s, (void **)&s->d_argpart, (size_t)s->max_batch * ARGMAX_PARTS * sizeof(float2)) ||
+        cuda_alloc(s, (void **)&s->d_stats, 2 * sizeof(float)) ||
+        cuda_alloc(s, (void **)&s->d_cand, (size_t)vocab * sizeof(float2)) ||
+        cuda_alloc(s, (void **)&s->d_count, sizeof(unsigned int)))
+        return -1;
+    CK(s, cudaMemset(s->d_tokens, 0, s->max_batch * sizeof(int32_t)));
+    CK(s, cudaMemset(s->d_pos, 0, sizeof(int32_t)));
+    CK(s, cudaHostAlloc((void **)&s->h_io, (s->max_batch + 2) * sizeof(int32_t), cudaHostAllocDefault));
+    return 0;
+}
+
+/* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
+ * launch errors early; then the caches it touched are cleared. */
+static int warm_up(cuda_session *s) {
+    if (exec_steps(s, 1, 0)) return -1;
+    CK(s, cudaStreamSynchronize(s->st));
+    const plan *p = s->p;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        if (p->ops[i].kind != PLAN_ATTENTION) continue;
+        size_t bytes = (size_t)p->ops[i].n_kv_heads * p->ops[i].head_dim * thin_dtype_size(p->kv_dtype);
+        CK(s, cudaMemset(s->op_kc[i], 0, bytes));
+        CK(s, cudaMemset(s->op_vc[i], 0, bytes));
+    }
+    return 0;
+}
+
+static int check_plan(cuda_session *s, uint32_t max_ctx) {
+    const plan *p = s->p;
+    if (max_ctx == 0 || (p->hp.max_pos && max_ctx > p->hp.max_pos))
+        return cuda_failf(s, "context %u outside 1..%u", max_ctx, p->hp.max_pos);
+    if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32)
+        return cuda_failf(s, "KV cache dtype %s is not supported on the GPU", thin_dtype_name(p->kv_dtype));
+    if (p->logits_buf < 0 || (uint32_t)p->logits_buf >= p->n_bufs) return cuda_failf(s, "plan has no logits buffer");
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) return cuda_failf(s, "no CUDA device found");
+    return 0;
+}
+
+static int session_init(cuda_session *s, uint32_t max_ctx) {
+    const plan *p = s->p;
+    if (check_plan(s, max_ctx)) return -1;
+    s->max_ctx = max_ctx;
+    s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
+    CK(s, cudaSetDevice(0));
+    CK(s, cudaDeviceGetAttribute(&s->n_sm, cudaDevAttrMultiProcessorCount, 0));
+    CK(s, cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
+    uint32_t n = p->n_ops ? p->n_ops : 1;
+    s->op_w = (int *)malloc(n * sizeof(int));
+    s->op_freq = (double **)calloc(n, sizeof(double *));
+    s->op_kc = (void **)calloc(n, sizeof(void *));
+    s->op_vc = (void **)calloc(n, sizeof(void *));
+    s->buf = (float **)calloc(p->n_bufs ? p->n_bufs : 1, sizeof(float *));
+    if (!s->op_w || !s->op_freq || !s->op_kc || !s->op_vc || !s->buf) return cuda_failf(s, "out of memory");
+    for (uint32_t i = 0; i < n; i++) s->op_w[i] = -1;
+    if (upload_weights(s) || upload_rope_tables(s) || alloc_state(s) || compile_steps(s)) return -1;
+    return warm_up(s);
+}
+
+extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t max_ctx, char *err,
+                                   size_t errlen) {
+    *out = NULL;
+    cuda_session *s = (cuda_session *)calloc(1, sizeof *s);
+    if (!s) {
+        if (err && errlen) snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->p = p;
+    if (session_init(s, max_ctx)) {
+        if (err && errlen) snprintf(err, errlen, "%s", s->err);
+        cuda_session_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+extern "C" void cuda_session_free(cuda_session *s) {
+    if (!s) return;
+    if (s->st) cudaStreamSynchronize(s->st);
+    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
+    for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
+    if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->st) cudaStreamDestroy(s->st);
+    free(s->allocs);
+    free(s->op_w);
+    free(s->op_freq);
+    free(s->op_kc);
+    free(s->op_vc);
+    free(s->w);
+    free(s->buf);
+    free(s->steps);
+    free(s);
+}
+
+/* One chunk of at most max_batch rows starting at position pos. */
+static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+                         float *logits, int32_t *argmax) {
+    const plan *p = s->p;
+    const int lb = p->logits_buf;
+    const uint32_t vocab = (uint32_t)p->buf_sizes[lb];
+    s->h_io[0] = (int32_t)pos;
+    memcpy(s->h_io + 1, tokens, n * sizeof(int32_t));
+    CK(s, cudaMemcpyAsync(s->d_pos, s->h_io, sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
+    CK(s, cudaMemcpyAsync(s->d_tokens, s->h_io + 1, n * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
+    if (n == 1) {
+        if (exec_decode_graph(s)) return -1;
+    } else {
+        if (exec_steps(s, n, !logits && !argmax)) return -1;
+        if (argmax) CK(s, launch_argmax(s->d_argmax, s->buf[lb], vocab, vocab, n, s->d_argpart, s->st));
+    }
+    if (logits)
+        CK(s, cudaMemcpyAsync(logits, s->buf[lb], (size_t)n * vocab * sizeof(float),
+                              cudaMemcpyDeviceToHost, s->st));
+    if (argmax)
+        CK(s, cudaMemcpyAsync(s->h_io + 1, s->d_argmax, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+    CK(s, cudaStreamSynchronize(s->st));
+    if (argmax) memcpy(argmax, s->h_io + 1, n * sizeof(int32_t));
+    s->last_row = n - 1;
+    return 0;
+}
+
+extern "C" int cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+                                    float *logits, int32_t *argmax) {
+    if (!s) return -1;
+    const plan *p = s->p;
+    if (!tokens || n == 0 || pos > s->max_ctx || n > s->max_ctx - pos)
+        return cuda_failf(s, "positions %u..%u outside the context of %u", pos, pos + n, s->max_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= p->hp.vocab_size)
+            return cuda_failf(s, "token %d outside the vocabulary", tokens[i]);
+    const uint32_t vocab = (uint32_t)p->buf_sizes[p->logits_buf];
+    for (uint32_t c = 0; c < n; c += s->max_batch) {
+        uint32_t k = n - c < s->max_batch ? n - c : s->max_batch;
+        if (forward_chunk(s, tokens + c, k, pos + c, logits ? logits + (size_t)c * vocab : NULL,
+                          argmax ? argmax + c : NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* The token id carried in a candidate's bits. */
+static int32_t cand_id(float f) {
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
+/* Descending probability; equal probabilities keep the lower id first (as sampler.c). */
+static int cand_cmp(const void *a, const void *b) {
+    const float2 *x = (const float2 *)a, *y = (const float2 *)b;
+    if (x->x != y->x) return x->x > y->x ? -1 : 1;
+    int i = cand_id(x->y), j = cand_id(y->y);
+    return (i > j) - (i < j);
+}
+
+/* The pick of sampler.c over candidates sorted by cand_cmp. */
+static int32_t pick(float2 *c, uint32_t n, uint32_t top_k, float top_p, float coin, int trim) {
+    if (trim) qsort(c, n, sizeof *c, cand_cmp);
+    if (top_k > 0 && top_k < n) n = top_k;
+    double mass = 0.0;
+    for (uint32_t i = 0; i < n; i++) mass += c[i].x;
+    if (top_p < 1.0f) {
+        double cum = 0.0, goal = top_p * mass;
+        uint32_t keep = n;
+        for (uint32_t i = 0; i < n; i++) {
+            cum += c[i].x;
+            if (cum >= goal) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+        mass = cum;
+    }
+    double r = (double)coin * mass, cum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        cum += c[i].x;
+        if (r < cum) return cand_id(c[i].y);
+    }
+    return cand_id(c[n - 1].y);
+}
+
+extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
+                                   float coin, int32_t *token) {
+    if (!s || !token) return -1;
+    const plan *p = s->p;
+    const int lb = p->logits_buf;
+    const uint32_t vocab = (uint32_t)p->buf_sizes[lb];
+    const float *row = s->buf[lb] + (size_t)s->last_row * vocab;
+    if (!(temperature >= 0.0f) || !(top_p > 0.0f && top_p <= 1.0f))
+        return cuda_failf(s, "sampling parameters out of range");
+    if (temperature == 0.0f) {
+        CK(s, launch_argmax(s->d_argmax, row, vocab, vocab, 1, s->d_argpart, s->st));
+        CK(s, cudaMemcpyAsync(s->h_io, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+        CK(s, cudaStreamSynchronize(s->st));
+        *token = s->h_io[0];
+        return 0;
+    }
+    float cutoff = 0.0f;
+    if (top_k == 0 && top_p < 1.0f && vocab > 1) cutoff = (float)((1.0 - top_p) / (double)(vocab - 1));
+    CK(s, launch_sample_candidates(row, vocab, temperature, cutoff, s->d_stats, s->d_cand, vocab,
+                                   s->d_count, s->st));
+    unsigned int count = 0;
+    CK(s, cudaMemcpyAsync(&count, s->d_count, sizeof count, cudaMemcpyDeviceToHost, s->st));
+    CK(s, cudaStreamSynchronize(s->st));
+    if (count == 0 || count > vocab) return cuda_failf(s, "sampling found no candidate");
+    float2 *c = (float2 *)malloc((size_t)count * sizeof *c);
+    if (!c) return cuda_failf(s, "out of memory");
+    cudaError_t e = cudaMemcpy(c, s->d_cand, (size_t)count * sizeof *c, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(c);
+        return cuda_fail(s, __FILE__, __LINE__, "cudaMemcpy(candidates)", e);
+    }
+    *token = pick(c, count, top_k, top_p, coin, 1);
+    free(c);
+    return 0;
+}
+
+extern "C" int cuda_copy_bandwidth(size_t bytes, double *bytes_per_s, char *err, size_t errlen) {
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float best = 0.0f;
+    cudaError_t e = cudaMalloc(&a, bytes);
+    if (e == cudaSuccess) e = cudaMalloc(&b, bytes);
+    if (e == cudaSuccess) e = cudaMemset(a, 1, bytes);
+    if (e == cudaSuccess) e = cudaEventCreate(&e0);
+    if (e == cudaSuccess) e = cudaEventCreate(&e1);
+    for (int i = 0; e == cudaSuccess && i < 12; i++) {
+        float ms = 0.0f;
+        e = cudaEventRecord(e0);
+        if (e == cudaSuccess) e = cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        if (e == cudaSuccess) e = cudaEventRecord(e1);
+        if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, e0, e1);
+        if (e == cudaSuccess && i >= 2 && (best == 0.0f || ms < best)) best = ms;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    if (e != cudaSuccess || best <= 0.0f) {
+        if (err && errlen) snprintf(err, errlen, "copy bandwidth: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    *bytes_per_s = 2.0 * (double)bytes / (best * 1e-3);
+    return 0;
+}
+
+/* The backend_ops wrapper that thin-run selects with --device cuda. */
+static int ops_create(void **sess, const plan *p, uint32_t max_ctx, unsigned threads, char *err,
+                      size_t errlen) {
+    (void)threads;
+    return cuda_session_create((cuda_session **)sess, p, max_ctx, err, errlen);
+}
+static int ops_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
+                       int32_t *argmax) {
+    return cuda_session_forward((cuda_session *)sess, tokens, n, pos, logits, argmax);
+}
+static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
+
+extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free};

@@ -1,0 +1,183 @@
+/*
+ * cuda_common.cuh — shared pieces of the CUDA kernels: the device weight descriptor, element
+ * loads for every weight dtype, warp/block reductions, and the launchers each kernels/<family>.cu
+ * exports to the backend (kernels/cuda_backend.cu).
+ *
+ * Activations are F32 rows; a batch of n rows of one buffer lies at x + i * ld (ld in floats).
+ * Every launcher returns the cudaError_t of its launch (cudaGetLastError), never aborts.
+ */
+#ifndef THIN_CUDA_COMMON_CUH
+#define THIN_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "thin.h"
+
+/* A weight matrix (or a row/column block of one, for a split over devices) on the device. */
+struct dmat {
+    const void *data;   /* rows × pitch elements of dtype, rows 16-byte aligned, zero padded */
+    const float *scale; /* F8_E4M3: rows per-row scales; NULL otherwise */
+    int dtype;          /* thin_dtype: F32, F16, BF16, F8_E4M3 */
+    uint32_t rows;      /* rows held here (out features) */
+    uint32_t cols;      /* columns held here (in features) */
+    uint32_t pitch;     /* elements per stored row: cols rounded up to 16 bytes */
+    uint64_t row0;      /* first row of the full matrix held here */
+    uint64_t col0;      /* first column of the full matrix held here */
+};
+
+/* Elements per 16-byte vector of a weight dtype (0 if unsupported). */
+static inline uint32_t dtype_vec_elems(int dt) {
+    switch (dt) {
+    case THIN_DTYPE_F32: return 4;
+    case THIN_DTYPE_F16:
+    case THIN_DTYPE_BF16: return 8;
+    case THIN_DTYPE_F8_E4M3: return 16;
+    default: return 0;
+    }
+}
+
+/* ---- device helpers ---- */
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+
+/* Element i of a vector of weight dtype dt (scale not applied). */
+__device__ __forceinline__ float load_elem(const void *p, int dt, uint64_t i) {
+    switch (dt) {
+    case THIN_DTYPE_F32: return ((const float *)p)[i];
+    case THIN_DTYPE_F16: return __half2float(((const __half *)p)[i]);
+    case THIN_DTYPE_BF16: return bf16_bits_to_f32(((const uint16_t *)p)[i]);
+    case THIN_DTYPE_F8_E4M3: {
+        __nv_fp8_e4m3 v;
+        v.__x = ((const __nv_fp8_storage_t *)p)[i];
+        return (float)v;
+    }
+    default: return 0.0f;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+ * `red` is 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+/* ---- launchers (one family per .cu file) ---- */
+
+/* Matrix-vector products for one token (matvec.cu). Up to three weights sharing the input are
+ * run as one launch over their concatenated rows. */
+struct mv_seg {
+    dmat w;
+    float *out; /* w.rows floats */
+};
+struct mv_args {
+    mv_seg seg[3];
+    int nseg;            /* 1..3; with pair, 2 */
+    const float *x;      /* cols floats (the input, or the rmsnorm input when norm_w is set) */
+    const void *norm_w;  /* fused rmsnorm weight (cols elements of norm_dtype), or NULL */
+    int norm_dtype;
+    float eps;
+    float *resid;        /* nseg 1: resid[r] += y[r] as well, or NULL */
+    int pair;            /* seg0 = gate, seg1 = up: out0 = silu(g) * u, out1 = u */
+};
+cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
+
+/* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...). */
+cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                        float *resid, uint32_t ldr, uint32_t n, cudaStream_t st);
+
+/* Elementwise families (norm.cu). */
+cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,
+                         uint32_t n, cudaStream_t st);
+cudaError_t launch_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_t ldx, const dmat *w,
+                           uint32_t cols, float eps, uint32_t n, cudaStream_t st);
+cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t n_heads,
+                                uint32_t head_dim, float eps, uint32_t n, cudaStream_t st);
+cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
+                       uint32_t n, cudaStream_t st);
+cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
+                            uint32_t n, cudaStream_t st);
+
+/* RoPE on q and k (either may be skipped with a NULL frequency table) and the KV store (rope.cu).
+ * Row i sits at position *pos + i. inv_freq tables hold head_dim/2 doubles. k/v caches: NULL to
+ * rope only. */
+struct rope_args {
+    float *q;            /* n rows of ldq floats: n_heads × head_dim */
+    uint32_t ldq, n_heads;
+    const double *q_freq;/* or NULL: no rope on q */
+    float *k;            /* n rows of ldk floats: n_kv × head_dim, or NULL */
+    uint32_t ldk, n_kv;
+    const double *k_freq;/* or NULL: no rope on k */
+    const float *v;      /* n rows of ldv floats, or NULL */
+    uint32_t ldv;
+    void *kcache, *vcache; /* [ctx][n_kv × head_dim] of kv_dtype, or NULL */
+    int kv_dtype;
+    uint32_t head_dim;
+    const int32_t *pos;  /* device: position of row 0 */
+};
+cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st);
+
+/* Split-sequence attention for n rows, row i attending positions 0..*pos+i (attention.cu). */
+struct attn_args {
+    const float *q;      /* n rows of ldq floats */
+    uint32_t ldq;
+    const void *kcache, *vcache;
+    int kv_dtype;
+    float *out;          /* n rows of ldo floats */
+    uint32_t ldo;
+    uint32_t n_heads, n_kv, head_dim;
+    uint32_t n_splits;   /* splits of the sequence (blocks per head) */
+    uint32_t chunk_max;  /* largest positions per split (scores in shared memory) */
+    float *partial;      /* n × n_heads × n_splits × (head_dim + 2) floats */
+    const int32_t *pos;
+};
+cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
+/* Minimum positions per split (fewer positions go to fewer splits). */
+#define ATTN_MIN_CHUNK 64u
+
+/* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
+ * n × ARGMAX_PARTS (float, int) pairs. */
+#define ARGMAX_PARTS 128u
+cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
+                          float2 *partial, cudaStream_t st);
+/* Sampling support: max and sum of exp((x - max) / t) of one row into stats[0], stats[1], then
+ * the candidates with probability >= cutoff into cand (value = probability, index) with their
+ * count in *count (at most cap kept). */
+cudaError_t launch_sample_candidates(const float *x, uint32_t cols, float temperature, float cutoff,
+                                     float *stats, float2 *cand, uint32_t cap,
+                                     unsigned int *count, cudaStream_t st);
+
+#endif /* THIN_CUDA_COMMON_CUH */

@@ -1,0 +1,177 @@
+/*
+ * cuda_compile.cu — turns the plan's op list into fused steps.
+ *
+ * Patterns recognised (each falls back to one step per op when its conditions fail, so any valid
+ * tape runs):
+ *   rmsnorm(x → h); linear(h → q); linear(h → k); linear(h → v)   one launch over the rows of all
+ *       three, the norm recomputed per block (when h is not read afterwards)
+ *   linear(a → h); add(h → x)                                      residual added in the epilogue
+ *   [rmsnorm(x → h);] linear(h → g); linear(h → u); silu_mul(u → g)  gate and up rows side by side
+ *   rope(q); rope(k); attention(q, k, v)                            one rope + KV store launch
+ */
+#include <string.h>
+
+#include "cuda_session.cuh"
+
+/* Whether op reads / fully overwrites buffer b. */
+static int op_reads(const plan_op *o, int b) {
+    switch (o->kind) {
+    case PLAN_RMSNORM:
+    case PLAN_LINEAR:
+    case PLAN_HEAD_RMSNORM:
+    case PLAN_ROPE: return o->in == b;
+    case PLAN_ATTENTION: return o->q == b || o->k == b || o->v == b;
+    case PLAN_ADD:
+    case PLAN_SILU_MUL: return o->in == b || o->out == b;
+    default: return 0;
+    }
+}
+
+static int op_writes(const plan_op *o, int b) {
+    switch (o->kind) {
+    case PLAN_EMBED:
+    case PLAN_RMSNORM:
+    case PLAN_LINEAR:
+    case PLAN_ATTENTION: return o->out == b;
+    default: return 0;
+    }
+}
+
+/* Whether buffer b is read by ops from index `from` on before something overwrites it. The logits
+ * buffer always counts as read (the caller reads it after the tape). */
+static int read_later(const plan *p, uint32_t from, int b) {
+    if (b == p->logits_buf) return 1;
+    for (uint32_t i = from; i < p->n_ops; i++) {
+        if (op_reads(&p->ops[i], b)) return 1;
+        if (op_writes(&p->ops[i], b)) return 0;
+    }
+    return 0;
+}
+
+static int same_shape(const cuda_session *s, int a, int b) {
+    const dmat *x = &s->w[s->op_w[a]], *y = &s->w[s->op_w[b]];
+    return x->dtype == y->dtype && x->cols == y->cols && x->pitch == y->pitch;
+}
+
+/* Whether a linear already in the group writes buffer b. */
+static int writes_any(const plan *p, const step *st, int b) {
+    for (int k = 0; k < st->nseg; k++)
+        if (p->ops[st->lin[k]].out == b) return 1;
+    return 0;
+}
+
+/* Groups the linears starting at op i (after an optional rmsnorm op nm) into st; returns the number
+ * of ops consumed from i. */
+static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st) {
+    const plan *p = s->p;
+    const plan_op *first = &p->ops[i];
+    int avoid = nm >= 0 ? p->ops[nm].in : first->in;
+    memset(st, 0, sizeof *st);
+    st->kind = STEP_LINEAR;
+    st->op = (int)i;
+    st->norm_op = -1;
+    st->add_op = -1;
+    st->rope_q = st->rope_k = -1;
+    st->lin[0] = (int)i;
+    st->nseg = 1;
+    uint32_t j = i + 1;
+    while (st->nseg < 3 && j < p->n_ops && p->ops[j].kind == PLAN_LINEAR &&
+           p->ops[j].in == first->in && same_shape(s, (int)i, (int)j) && p->ops[j].out != first->in &&
+           p->ops[j].out != avoid && !writes_any(p, st, p->ops[j].out))
+        st->lin[st->nseg++] = (int)j++;
+    const plan_op *nx = j < p->n_ops ? &p->ops[j] : NULL;
+    if (st->nseg >= 2 && i + 2 < p->n_ops && p->ops[i + 2].kind == PLAN_SILU_MUL &&
+        p->ops[i + 2].out == first->out && p->ops[i + 2].in == p->ops[i + 1].out &&
+        p->ops[i].w.rows == p->ops[i + 1].w.rows && first->out != p->ops[i + 1].out) {
+        st->nseg = 2;
+        st->pair = 1;
+        j = i + 3;
+    } else if (st->nseg == 1 && nx && nx->kind == PLAN_ADD && nx->in == first->out &&
+               nx->out != first->in && nx->out != avoid && nx->out != first->out) {
+        st->add_op = (int)j++;
+    }
+    if (first->out == first->in || first->out == avoid) st->nseg = 0; /* refused below */
+    if (nm >= 0 && !read_later(p, j, p->ops[nm].out)) st->norm_op = nm;
+    return j - i;
+}
+
+static int norm_fits(const cuda_session *s, int nm, int lin) {
+    const plan_op *n = &s->p->ops[nm];
+    const dmat *w = &s->w[s->op_w[lin]];
+    return s->op_w[nm] >= 0 && n->w.rows * n->w.cols == w->cols &&
+           (size_t)w->pitch * 4 <= 200 * 1024;
+}
+
+static void plain_step(step *st, step_kind k, int op) {
+    memset(st, 0, sizeof *st);
+    st->kind = k;
+    st->op = op;
+    st->norm_op = st->add_op = st->rope_q = st->rope_k = -1;
+}
+
+/* Absorbs rope ops i.. into the attention op that follows them; returns ops consumed or 0. */
+static uint32_t group_attention(const plan *p, uint32_t i, step *st) {
+    int rq = -1, rk = -1;
+    uint32_t j = i;
+    while (j < p->n_ops && p->ops[j].kind == PLAN_ROPE) j++;
+    if (j >= p->n_ops || p->ops[j].kind != PLAN_ATTENTION || j - i > 2) return 0;
+    const plan_op *a = &p->ops[j];
+    for (uint32_t r = i; r < j; r++) {
+        const plan_op *o = &p->ops[r];
+        if (o->head_dim != a->head_dim) return 0;
+        if (o->in == a->q && rq < 0 && o->n_heads == a->n_heads) rq = (int)r;
+        else if (o->in == a->k && rk < 0 && o->n_heads == a->n_kv_heads) rk = (int)r;
+        else return 0;
+    }
+    plain_step(st, STEP_ATTN, (int)j);
+    st->rope_q = rq;
+    st->rope_k = rk;
+    return j - i + 1;
+}
+
+int compile_steps(cuda_session *s) {
+    const plan *p = s->p;
+    s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
+    if (!s->steps) return cuda_failf(s, "out of memory");
+    uint32_t i = 0;
+    while (i < p->n_ops) {
+        const plan_op *op = &p->ops[i];
+        step *st = &s->steps[s->n_steps];
+        uint32_t used = 1;
+        switch (op->kind) {
+        case PLAN_EMBED: plain_step(st, STEP_EMBED, (int)i); break;
+        case PLAN_RMSNORM:
+            plain_step(st, STEP_RMSNORM, (int)i);
+            if (i + 1 < p->n_ops && p->ops[i + 1].kind == PLAN_LINEAR &&
+                p->ops[i + 1].in == op->out && norm_fits(s, (int)i, (int)i + 1)) {
+                step g;
+                uint32_t k = group_linear(s, i + 1, (int)i, &g);
+                if (g.nseg > 0 && g.norm_op >= 0) {
+                    *st = g;
+                    used = 1 + k;
+                }
+            }
+            break;
+        case PLAN_LINEAR:
+            used = group_linear(s, i, -1, st);
+            if (st->nseg == 0)
+                return cuda_failf(s, "linear %s writes its own input", op->w_name ? op->w_name : "?");
+            break;
+        case PLAN_HEAD_RMSNORM: plain_step(st, STEP_HEAD_RMSNORM, (int)i); break;
+        case PLAN_ROPE:
+            used = group_attention(p, i, st);
+            if (!used) {
+                plain_step(st, STEP_ROPE, (int)i);
+                used = 1;
+            }
+            break;
+        case PLAN_ATTENTION: plain_step(st, STEP_ATTN, (int)i); break;
+        case PLAN_ADD: plain_step(st, STEP_ADD, (int)i); break;
+        case PLAN_SILU_MUL: plain_step(st, STEP_SILU_MUL, (int)i); break;
+        default: return cuda_failf(s, "op %u: unknown kind %d", i, (int)op->kind);
+        }
+        s->n_steps++;
+        i += used;
+    }
+    return 0;
+}

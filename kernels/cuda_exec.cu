@@ -1,0 +1,205 @@
+/*
+ * cuda_exec.cu — runs the compiled steps for n rows (row i at position *d_pos + i).
+ *
+ * One row (decode): every linear group is one matvec launch with its fusions, and the whole step
+ * list plus the argmax is captured once into a CUDA graph that reads the position from the device,
+ * so each token replays the same graph. Several rows (prefill): linears run as tensor-core GEMMs
+ * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
+ * as their batched kernels.
+ */
+#include "cuda_session.cuh"
+
+static inline uint32_t ld_of(const cuda_session *s, int b) { return (uint32_t)s->p->buf_sizes[b]; }
+static inline float *row_of(const cuda_session *s, int b, uint32_t r) {
+    return s->buf[b] + (size_t)r * ld_of(s, b);
+}
+
+/* The matvec of a linear group for one row r. */
+static int linear_row(cuda_session *s, const step *st, uint32_t r) {
+    const plan *p = s->p;
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    a.nseg = st->nseg;
+    a.pair = st->pair;
+    for (int k = 0; k < st->nseg; k++) {
+        const plan_op *o = &p->ops[st->lin[k]];
+        a.seg[k].w = s->w[s->op_w[st->lin[k]]];
+        a.seg[k].out = row_of(s, o->out, r);
+    }
+    const plan_op *o0 = &p->ops[st->lin[0]];
+    if (st->norm_op >= 0) {
+        const plan_op *nm = &p->ops[st->norm_op];
+        const dmat *nw = &s->w[s->op_w[st->norm_op]];
+        a.x = row_of(s, nm->in, r);
+        a.norm_w = nw->data;
+        a.norm_dtype = nw->dtype;
+        a.eps = nm->eps;
+    } else {
+        a.x = row_of(s, o0->in, r);
+    }
+    if (st->add_op >= 0) a.resid = row_of(s, p->ops[st->add_op].out, r);
+    CK(s, launch_matvec(&a, s->n_sm, s->st));
+    return 0;
+}
+
+static int gemmable(const dmat *w) {
+    return w->dtype == THIN_DTYPE_BF16 || w->dtype == THIN_DTYPE_F8_E4M3;
+}
+
+/* A linear group over rows [0, n): GEMMs when the weights allow, else matvec row by row. */
+static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) {
+    const plan *p = s->p;
+    uint32_t r0 = 0;
+    for (int k = 0; k < st->nseg; k++)
+        if (lm_last && p->ops[st->lin[k]].out == p->logits_buf) r0 = n - 1;
+    if (n - r0 == 1 || !gemmable(&s->w[s->op_w[st->lin[0]]])) {
+        for (uint32_t r = r0; r < n; r++)
+            if (linear_row(s, st, r)) return -1;
+        return 0;
+    }
+    int in = p->ops[st->lin[0]].in;
+    if (st->norm_op >= 0) {
+        const plan_op *nm = &p->ops[st->norm_op];
+        const dmat *nw = &s->w[s->op_w[st->norm_op]];
+        CK(s, launch_rmsnorm(s->buf[nm->out], ld_of(s, nm->out), s->buf[nm->in], ld_of(s, nm->in), nw,
+                             nw->rows * nw->cols, nm->eps, n, s->st));
+    }
+    for (int k = 0; k < st->nseg; k++) {
+        const plan_op *o = &p->ops[st->lin[k]];
+        float *resid = NULL;
+        uint32_t ldr = 0;
+        if (st->add_op >= 0) {
+            resid = s->buf[p->ops[st->add_op].out];
+            ldr = ld_of(s, p->ops[st->add_op].out);
+        }
+        CK(s, launch_gemm(&s->w[s->op_w[st->lin[k]]], s->buf[in], ld_of(s, in), s->buf[o->out],
+                          ld_of(s, o->out), resid, ldr, n, s->st));
+    }
+    if (st->pair) {
+        int g = p->ops[st->lin[0]].out, u = p->ops[st->lin[1]].out;
+        CK(s, launch_silu_mul(s->buf[g], ld_of(s, g), s->buf[u], ld_of(s, u),
+                              s->w[s->op_w[st->lin[0]]].rows, n, s->st));
+    }
+    return 0;
+}
+
+static int run_attention(cuda_session *s, const step *st, uint32_t n) {
+    const plan *p = s->p;
+    const plan_op *a = &p->ops[st->op];
+    rope_args r;
+    memset(&r, 0, sizeof r);
+    r.q = s->buf[a->q];
+    r.ldq = ld_of(s, a->q);
+    r.n_heads = a->n_heads;
+    r.q_freq = st->rope_q >= 0 ? s->op_freq[st->rope_q] : NULL;
+    r.k = s->buf[a->k];
+    r.ldk = ld_of(s, a->k);
+    r.n_kv = a->n_kv_heads;
+    r.k_freq = st->rope_k >= 0 ? s->op_freq[st->rope_k] : NULL;
+    r.v = s->buf[a->v];
+    r.ldv = ld_of(s, a->v);
+    r.kcache = s->op_kc[st->op];
+    r.vcache = s->op_vc[st->op];
+    r.kv_dtype = p->kv_dtype;
+    r.head_dim = a->head_dim;
+    r.pos = s->d_pos;
+    CK(s, launch_rope_store(&r, n, s->st));
+    attn_args t;
+    memset(&t, 0, sizeof t);
+    t.q = r.q;
+    t.ldq = r.ldq;
+    t.kcache = r.kcache;
+    t.vcache = r.vcache;
+    t.kv_dtype = p->kv_dtype;
+    t.out = s->buf[a->out];
+    t.ldo = ld_of(s, a->out);
+    t.n_heads = a->n_heads;
+    t.n_kv = a->n_kv_heads;
+    t.head_dim = a->head_dim;
+    t.n_splits = s->n_splits;
+    t.chunk_max = s->chunk_max;
+    t.partial = s->d_attnpart;
+    t.pos = s->d_pos;
+    CK(s, launch_attention(&t, n, s->st));
+    return 0;
+}
+
+static int run_rope(cuda_session *s, const step *st, uint32_t n) {
+    const plan_op *o = &s->p->ops[st->op];
+    rope_args r;
+    memset(&r, 0, sizeof r);
+    r.q = s->buf[o->in];
+    r.ldq = ld_of(s, o->in);
+    r.n_heads = o->n_heads;
+    r.q_freq = s->op_freq[st->op];
+    r.head_dim = o->head_dim;
+    r.pos = s->d_pos;
+    CK(s, launch_rope_store(&r, n, s->st));
+    return 0;
+}
+
+static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
+    const plan *p = s->p;
+    const plan_op *o = &p->ops[st->op];
+    const dmat *w = s->op_w[st->op] >= 0 ? &s->w[s->op_w[st->op]] : NULL;
+    switch (st->kind) {
+    case STEP_EMBED:
+        CK(s, launch_embed(s->buf[o->out], ld_of(s, o->out), w, s->d_tokens, n, s->st));
+        return 0;
+    case STEP_RMSNORM:
+        CK(s, launch_rmsnorm(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in), w,
+                             w->rows * w->cols, o->eps, n, s->st));
+        return 0;
+    case STEP_LINEAR: return run_linear(s, st, n, lm_last);
+    case STEP_HEAD_RMSNORM:
+        CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w, ld_of(s, o->in) / o->head_dim,
+                                  o->head_dim, o->eps, n, s->st));
+        return 0;
+    case STEP_ROPE: return run_rope(s, st, n);
+    case STEP_ATTN: return run_attention(s, st, n);
+    case STEP_ADD:
+        CK(s, launch_add(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
+                         ld_of(s, o->out), n, s->st));
+        return 0;
+    case STEP_SILU_MUL:
+        CK(s, launch_silu_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
+                              ld_of(s, o->out), n, s->st));
+        return 0;
+    }
+    return cuda_failf(s, "internal: unknown step kind %d", (int)st->kind);
+}
+
+int exec_steps(cuda_session *s, uint32_t n, int lm_last) {
+    for (uint32_t i = 0; i < s->n_steps; i++)
+        if (run_step(s, &s->steps[i], n, lm_last)) return -1;
+    return 0;
+}
+
+static int capture(cuda_session *s) {
+    CK(s, cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
+    int rc = exec_steps(s, 1, 0);
+    if (rc == 0) {
+        int lb = s->p->logits_buf;
+        cudaError_t e = launch_argmax(s->d_argmax, s->buf[lb], ld_of(s, lb), ld_of(s, lb), 1,
+                                      s->d_argpart, s->st);
+        if (e != cudaSuccess) rc = cuda_fail(s, __FILE__, __LINE__, "launch_argmax", e);
+    }
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(s->st, &g);
+    if (rc) {
+        if (e == cudaSuccess && g) cudaGraphDestroy(g);
+        return -1;
+    }
+    CK(s, e);
+    e = cudaGraphInstantiate(&s->graph, g, 0);
+    cudaGraphDestroy(g);
+    CK(s, e);
+    s->graph_ready = 1;
+    return 0;
+}
+
+int exec_decode_graph(cuda_session *s) {
+    if (!s->graph_ready && capture(s)) return -1;
+    CK(s, cudaGraphLaunch(s->graph, s->st));
+    return 0;
+}

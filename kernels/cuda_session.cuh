@@ -1,0 +1,110 @@
+/*
+ * cuda_session.cuh — private state of the CUDA backend, shared by cuda_backend.cu (the C API),
+ * cuda_upload.cu (weights to the device), cuda_compile.cu (plan → fused steps) and cuda_exec.cu
+ * (running the steps, eagerly or as a CUDA graph).
+ */
+#ifndef THIN_CUDA_SESSION_CUH
+#define THIN_CUDA_SESSION_CUH
+
+#include <stdio.h>
+
+#include "../tools/thin-run/backend.h"
+#include "cuda_backend.h"
+#include "cuda_common.cuh"
+
+/* Records a failed CUDA call (file:line, the call, the error string) into the session's message
+ * and returns -1 from the calling function. */
+#define CK(s, call)                                                                        \
+    do {                                                                                   \
+        cudaError_t ck_e_ = (call);                                                        \
+        if (ck_e_ != cudaSuccess) return cuda_fail((s), __FILE__, __LINE__, #call, ck_e_); \
+    } while (0)
+
+typedef enum step_kind {
+    STEP_EMBED = 1,
+    STEP_RMSNORM,
+    STEP_LINEAR, /* 1..3 linears sharing the input, optional fused rmsnorm, residual, SiLU pair */
+    STEP_HEAD_RMSNORM,
+    STEP_ROPE,   /* a rope op not absorbed into an attention step */
+    STEP_ATTN,   /* [rope q] [rope k] KV store + attention */
+    STEP_ADD,
+    STEP_SILU_MUL,
+} step_kind;
+
+typedef struct step {
+    step_kind kind;
+    int op;        /* the op (the first linear of a group) */
+    int norm_op;   /* LINEAR: fused RMSNORM op, or -1 */
+    int nseg;      /* LINEAR: linear ops in the group */
+    int lin[3];    /* LINEAR: their op indices */
+    int pair;      /* LINEAR: lin[0] = gate, lin[1] = up, then silu_mul into gate's output */
+    int add_op;    /* LINEAR (nseg 1): fused ADD op, or -1 */
+    int rope_q, rope_k; /* ATTN: absorbed ROPE ops, or -1 */
+} step;
+
+/* Pinned staging for weight uploads: NSTAGE buffers cycled, each guarded by an event. */
+#define NSTAGE 3
+#define STAGE_BYTES ((size_t)32 << 20)
+typedef struct stager {
+    void *buf[NSTAGE];
+    cudaEvent_t ev[NSTAGE];
+    int next;
+    cudaStream_t st;
+} stager;
+
+struct cuda_session {
+    const plan *p;
+    uint32_t max_ctx, max_batch; /* positions; rows per forward chunk */
+    int n_sm;
+    cudaStream_t st;
+    /* per op (p->n_ops entries) */
+    int *op_w;              /* index into w, or -1 */
+    double **op_freq;       /* ROPE: head_dim/2 inverse frequencies on the device */
+    void **op_kc, **op_vc;  /* ATTENTION: [max_ctx][n_kv × head_dim] caches of p->kv_dtype */
+    /* distinct weights on the device */
+    dmat *w;
+    uint32_t n_w;
+    /* activations: buffer i holds max_batch rows of p->buf_sizes[i] floats */
+    float **buf;
+    step *steps;
+    uint32_t n_steps;
+    /* scratch */
+    int32_t *d_tokens;      /* max_batch */
+    int32_t *d_pos;         /* 1 */
+    int32_t *d_argmax;      /* max_batch */
+    float2 *d_argpart;      /* max_batch × ARGMAX_PARTS */
+    float *d_attnpart;      /* max_batch × n_heads × n_splits × (head_dim + 2) */
+    uint32_t n_splits, chunk_max;
+    float *d_stats;         /* 2 */
+    float2 *d_cand;         /* vocab */
+    unsigned int *d_count;  /* 1 */
+    int32_t *h_io;          /* pinned: [0] pos, [1..] tokens / argmax */
+    /* the decode step captured as a graph */
+    cudaGraphExec_t graph;
+    int graph_ready;
+    uint32_t last_row;      /* row of the logits buffer that forward left last */
+    /* device allocations to free */
+    void **allocs;
+    uint32_t n_allocs, cap_allocs;
+    char err[320];
+};
+
+int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e);
+int cuda_failf(cuda_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* cudaMalloc recorded for cuda_session_free. */
+int cuda_alloc(cuda_session *s, void **ptr, size_t bytes);
+
+/* cuda_upload.cu */
+int upload_weights(cuda_session *s);
+int upload_rope_tables(cuda_session *s);
+
+/* cuda_compile.cu: the plan's ops as fused steps. */
+int compile_steps(cuda_session *s);
+
+/* cuda_exec.cu: runs every step for n rows (row 0 at *d_pos); lm_last: the linear into the logits
+ * buffer runs for the last row only. */
+int exec_steps(cuda_session *s, uint32_t n, int lm_last);
+/* Runs the decode step (n = 1) through the captured graph (capturing it on first use). */
+int exec_decode_graph(cuda_session *s);
+
+#endif /* THIN_CUDA_SESSION_CUH */

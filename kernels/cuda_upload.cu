@@ -1,0 +1,150 @@
+/*
+ * cuda_upload.cu — the plan's weights onto the device: each distinct weight (tied ones once)
+ * becomes a dmat with rows padded to a multiple of 32 elements (zeros), copied through NSTAGE
+ * pinned staging buffers so the host copy of one piece overlaps the DMA of the previous ones.
+ * A dmat is a (row range, column range) block of the full matrix, so a split over devices uploads
+ * each device's block with the same code.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_session.cuh"
+
+static size_t esize(int dt) { return thin_dtype_size((thin_dtype)dt); }
+
+static int stager_init(cuda_session *s, stager *g) {
+    memset(g, 0, sizeof *g);
+    CK(s, cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
+    for (int i = 0; i < NSTAGE; i++) {
+        CK(s, cudaHostAlloc(&g->buf[i], STAGE_BYTES, cudaHostAllocDefault));
+        CK(s, cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
+    }
+    return 0;
+}
+
+static void stager_free(stager *g) {
+    if (g->st) cudaStreamSynchronize(g->st);
+    for (int i = 0; i < NSTAGE; i++) {
+        if (g->buf[i]) cudaFreeHost(g->buf[i]);
+        if (g->ev[i]) cudaEventDestroy(g->ev[i]);
+    }
+    if (g->st) cudaStreamDestroy(g->st);
+}
+
+/* Copies rows [r0, r0 + nr) × cols [c0, c0 + nc) of a host matrix (row stride src_cols elements)
+ * to dev with a row pitch of `pitch` elements, zero padded. */
+static int stage_rows(cuda_session *s, stager *g, void *dev, const void *src, uint64_t src_cols,
+                      size_t esz, uint64_t r0, uint64_t nr, uint64_t c0, uint64_t nc,
+                      uint64_t pitch) {
+    const size_t pb = (size_t)pitch * esz, rb = (size_t)nc * esz;
+    if (pb > STAGE_BYTES) return cuda_failf(s, "a weight row of %zu bytes exceeds the staging buffer", pb);
+    const uint64_t per = STAGE_BYTES / pb;
+    for (uint64_t r = 0; r < nr; r += per) {
+        uint64_t k = nr - r < per ? nr - r : per;
+        int b = g->next;
+        g->next = (g->next + 1) % NSTAGE;
+        CK(s, cudaEventSynchronize(g->ev[b])); /* the DMA that last read this buffer is done */
+        uint8_t *dst = (uint8_t *)g->buf[b];
+        const uint8_t *sp = (const uint8_t *)src + ((r0 + r) * src_cols + c0) * esz;
+        if (pb == rb && src_cols == nc) {
+            memcpy(dst, sp, (size_t)k * rb);
+        } else {
+            for (uint64_t i = 0; i < k; i++) {
+                memcpy(dst + i * pb, sp + i * src_cols * esz, rb);
+                memset(dst + i * pb + rb, 0, pb - rb);
+            }
+        }
+        CK(s, cudaMemcpyAsync((uint8_t *)dev + r * pb, dst, (size_t)k * pb, cudaMemcpyHostToDevice,
+                              g->st));
+        CK(s, cudaEventRecord(g->ev[b], g->st));
+    }
+    return 0;
+}
+
+/* Uploads block (rows [r0, r0+nr), cols [c0, c0+nc)) of a plan weight into *d. */
+static int upload_block(cuda_session *s, stager *g, const thin_wmat *hw, uint64_t r0, uint64_t nr,
+                        uint64_t c0, uint64_t nc, dmat *d) {
+    const size_t esz = esize(hw->dtype);
+    if (!dtype_vec_elems(hw->dtype) || !hw->data)
+        return cuda_failf(s, "weight dtype %s is not supported on the GPU", thin_dtype_name(hw->dtype));
+    if (nr > UINT32_MAX || nc > UINT32_MAX - 32) return cuda_failf(s, "weight too large for the GPU");
+    memset(d, 0, sizeof *d);
+    d->dtype = hw->dtype;
+    d->rows = (uint32_t)nr;
+    d->cols = (uint32_t)nc;
+    d->pitch = (uint32_t)((nc + 31) / 32 * 32);
+    d->row0 = r0;
+    d->col0 = c0;
+    void *dev;
+    if (cuda_alloc(s, &dev, (size_t)nr * d->pitch * esz)) return -1;
+    if (stage_rows(s, g, dev, hw->data, hw->cols, esz, r0, nr, c0, nc, d->pitch)) return -1;
+    d->data = dev;
+    if (hw->dtype == THIN_DTYPE_F8_E4M3 && hw->scale) {
+        void *sc;
+        if (cuda_alloc(s, &sc, (size_t)nr * sizeof(float))) return -1;
+        if (stage_rows(s, g, sc, hw->scale + r0, 1, sizeof(float), 0, nr, 0, 1, 1)) return -1;
+        d->scale = (const float *)sc;
+    }
+    return 0;
+}
+
+/* Index of an already uploaded weight with the same host data, or -1. */
+static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owner) {
+    const plan *p = s->p;
+    for (uint32_t j = 0; j < p->n_ops; j++) {
+        if (s->op_w[j] < 0) continue;
+        const thin_wmat *o = &p->ops[j].w;
+        if (o->data == hw->data && o->dtype == hw->dtype && o->rows == hw->rows &&
+            o->cols == hw->cols && o->scale == hw->scale)
+            return owner[j];
+    }
+    return -1;
+}
+
+int upload_weights(cuda_session *s) {
+    const plan *p = s->p;
+    stager g;
+    int rc = stager_init(s, &g);
+    int *owner = (int *)calloc(p->n_ops ? p->n_ops : 1, sizeof(int));
+    s->w = (dmat *)calloc(p->n_ops ? p->n_ops : 1, sizeof(dmat));
+    if (!owner || !s->w) rc = cuda_failf(s, "out of memory");
+    for (uint32_t i = 0; rc == 0 && i < p->n_ops; i++) {
+        const thin_wmat *hw = &p->ops[i].w;
+        if (!hw->data) continue;
+        int same = find_same(s, hw, owner);
+        if (same >= 0) {
+            s->op_w[i] = owner[i] = same;
+            continue;
+        }
+        if (upload_block(s, &g, hw, 0, hw->rows, 0, hw->cols, &s->w[s->n_w])) rc = -1;
+        else s->op_w[i] = owner[i] = (int)s->n_w++;
+    }
+    if (rc == 0 && g.st && cudaStreamSynchronize(g.st) != cudaSuccess)
+        rc = cuda_failf(s, "weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
+    stager_free(&g);
+    free(owner);
+    return rc;
+}
+
+/* Inverse frequencies (double) of every ROPE op: the plan's table, or theta^(-2i/head_dim). */
+int upload_rope_tables(cuda_session *s) {
+    const plan *p = s->p;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *op = &p->ops[i];
+        if (op->kind != PLAN_ROPE) continue;
+        uint32_t half = op->head_dim / 2;
+        double *h = (double *)malloc((half ? half : 1) * sizeof(double));
+        if (!h) return cuda_failf(s, "out of memory");
+        for (uint32_t j = 0; j < half; j++)
+            h[j] = op->inv_freq ? (double)op->inv_freq[j]
+                                : pow((double)op->theta, -2.0 * (double)j / (double)op->head_dim);
+        void *d;
+        int rc = cuda_alloc(s, &d, (half ? half : 1) * sizeof(double));
+        if (rc == 0 && cudaMemcpy(d, h, half * sizeof(double), cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = cuda_failf(s, "rope table upload failed");
+        free(h);
+        if (rc) return rc;
+        s->op_freq[i] = (double *)d;
+    }
+    return 0;
+}

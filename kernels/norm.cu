@@ -1,0 +1,97 @@
+/*
+ * norm.cu — the row-wise and elementwise ops: embedding gather, RMSNorm, per-head RMSNorm,
+ * residual add, SiLU gate. Each works on n rows (a prefill batch; n = 1 when decoding).
+ * CPU twins: op_embed, op_rmsnorm, op_head_rmsnorm, op_add, op_silu_mul in ops_cpu.c.
+ */
+#include "cuda_common.cuh"
+
+__global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32_t *tokens) {
+    const uint32_t row = blockIdx.y;
+    const uint64_t t = (uint64_t)tokens[row];
+    const uint8_t *base = (const uint8_t *)E.data;
+    size_t esz = E.dtype == THIN_DTYPE_F32 ? 4 : E.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    const void *r = base + t * E.pitch * esz;
+    float s = (E.dtype == THIN_DTYPE_F8_E4M3 && E.scale) ? E.scale[t] : 1.0f;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < E.cols; c += gridDim.x * blockDim.x)
+        out[(size_t)row * ldo + c] = load_elem(r, E.dtype, c) * s;
+}
+
+cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,
+                         uint32_t n, cudaStream_t st) {
+    dim3 grid((E->cols + 255) / 256 < 8 ? (E->cols + 255) / 256 : 8, n);
+    embed_kernel<<<grid, 256, 0, st>>>(out, ldo, *E, tokens);
+    return cudaGetLastError();
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * w for one row per block. out may equal x. */
+__global__ void rmsnorm_kernel(float *out, uint32_t ldo, const float *x, uint32_t ldx,
+                               const void *w, int wdt, uint32_t cols, float eps) {
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * ldx;
+    float *orow = out + (size_t)blockIdx.x * ldo;
+    float ss = 0.0f;
+    for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)cols + eps);
+    for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x)
+        orow[i] = load_elem(w, wdt, i) * (inv * xr[i]);
+}
+
+cudaError_t launch_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_t ldx, const dmat *w,
+                           uint32_t cols, float eps, uint32_t n, cudaStream_t st) {
+    rmsnorm_kernel<<<n, 256, 0, st>>>(out, ldo, x, ldx, w->data, w->dtype, cols, eps);
+    return cudaGetLastError();
+}
+
+/* One warp per (row, head): per-head RMSNorm in place. */
+__global__ void head_rmsnorm_kernel(float *x, uint32_t ldx, const void *w, int wdt,
+                                    uint32_t n_heads, uint32_t hd, float eps) {
+    const uint32_t h = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (h >= n_heads) return;
+    float *xh = x + (size_t)blockIdx.y * ldx + (size_t)h * hd;
+    float ss = 0.0f;
+    for (uint32_t i = lane; i < hd; i += 32) ss += xh[i] * xh[i];
+    ss = warp_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    for (uint32_t i = lane; i < hd; i += 32) xh[i] = load_elem(w, wdt, i) * (inv * xh[i]);
+}
+
+cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t n_heads,
+                                uint32_t head_dim, float eps, uint32_t n, cudaStream_t st) {
+    dim3 grid((n_heads + 3) / 4, n);
+    head_rmsnorm_kernel<<<grid, 128, 0, st>>>(x, ldx, w->data, w->dtype, n_heads, head_dim, eps);
+    return cudaGetLastError();
+}
+
+__global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols) {
+    const uint32_t row = blockIdx.y;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
+        out[(size_t)row * ldo + i] += in[(size_t)row * ldi + i];
+}
+
+cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
+                       uint32_t n, cudaStream_t st) {
+    uint32_t bx = (cols + 255) / 256;
+    dim3 grid(bx < 64 ? bx : 64, n);
+    add_kernel<<<grid, 256, 0, st>>>(out, ldo, in, ldi, cols);
+    return cudaGetLastError();
+}
+
+__global__ void silu_mul_kernel(float *g, uint32_t ldg, const float *u, uint32_t ldu,
+                                uint32_t cols) {
+    const uint32_t row = blockIdx.y;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols;
+         i += gridDim.x * blockDim.x) {
+        float *gp = g + (size_t)row * ldg + i;
+        *gp = silu_f(*gp) * u[(size_t)row * ldu + i];
+    }
+}
+
+cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
+                            uint32_t n, cudaStream_t st) {
+    uint32_t bx = (cols + 255) / 256;
+    dim3 grid(bx < 64 ? bx : 64, n);
+    silu_mul_kernel<<<grid, 256, 0, st>>>(g, ldg, u, ldu, cols);
+    return cudaGetLastError();
+}

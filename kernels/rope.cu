@@ -1,0 +1,59 @@
+/*
+ * rope.cu — rotate-half RoPE of q and k at each row's position, fused with the store of k and v
+ * into the layer's KV cache. A layer without rope ops passes NULL frequency tables and only stores.
+ * Angles are computed in double as the CPU twin does (op_rope, op_kv_store in ops_cpu.c).
+ */
+#include "cuda_common.cuh"
+
+__device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double f, double p) {
+    double s, c;
+    sincos(p * f, &s, &c);
+    float cf = (float)c, sf = (float)s;
+    float x0 = x[i], x1 = x[i + half];
+    x[i] = x0 * cf - x1 * sf;
+    x[i + half] = x0 * sf + x1 * cf;
+}
+
+__device__ __forceinline__ void store_kv(void *cache, int dt, size_t i, float v) {
+    if (dt == THIN_DTYPE_BF16) {
+        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(v);
+    } else {
+        ((float *)cache)[i] = v;
+    }
+}
+
+/* One block per row. */
+__global__ void rope_store_kernel(const rope_args a) {
+    const uint32_t row = blockIdx.x, hd = a.head_dim, half = hd / 2;
+    const int32_t pos = *a.pos + (int32_t)row;
+    const double p = (double)pos;
+    if (a.q_freq) {
+        float *q = a.q + (size_t)row * a.ldq;
+        for (uint32_t t = threadIdx.x; t < a.n_heads * half; t += blockDim.x) {
+            uint32_t h = t / half, i = t % half;
+            rot(q + (size_t)h * hd, i, half, a.q_freq[i], p);
+        }
+    }
+    if (!a.k) return;
+    float *k = a.k + (size_t)row * a.ldk;
+    const size_t kv_dim = (size_t)a.n_kv * hd, base = (size_t)pos * kv_dim;
+    for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
+        uint32_t h = t / half, i = t % half;
+        float *kh = k + (size_t)h * hd;
+        if (a.k_freq) rot(kh, i, half, a.k_freq[i], p);
+        if (a.kcache) {
+            store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i, kh[i]);
+            store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i + half, kh[i + half]);
+        }
+    }
+    if (a.vcache && a.v) {
+        const float *v = a.v + (size_t)row * a.ldv;
+        for (uint32_t t = threadIdx.x; t < kv_dim; t += blockDim.x)
+            store_kv(a.vcache, a.kv_dtype, base + t, v[t]);
+    }
+}
+
+cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st) {
+    rope_store_kernel<<<n, 256, 0, st>>>(*a);
+    return cudaGetLastError();
+}
