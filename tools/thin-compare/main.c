@@ -24,6 +24,7 @@ typedef struct options {
     uint64_t vocab;
     int json, summary;
     double min_cosine, min_top1; /* thresholds; below them exit 1 (negative: off) */
+    double max_abs;              /* threshold; above it exit 1 (negative: off) */
 } options;
 
 static void usage(void) {
@@ -35,6 +36,7 @@ static void usage(void) {
            "  --summary          overall figures only, no per-position lines\n"
            "  --min-cosine C     exit 1 when the minimum centered cosine is below C\n"
            "  --min-top1 S       exit 1 when the top-1 agreement share is below S\n"
+           "  --max-abs D        exit 1 when the max abs difference is above D\n"
            "  -q, --quiet        no warnings\n"
            "  -h, --help         this help;  --version  the version\n"
            "Either file may be '-' (stdin). Exit 0 when compared (and thresholds met), 1 on\n"
@@ -64,13 +66,13 @@ static int vocab_from_model(const char *path, uint64_t *vocab) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-    enum { O_VOCAB = 256, O_MODEL, O_JSON, O_SUMMARY, O_MINCOS, O_MINTOP, O_VERSION };
+    enum { O_VOCAB = 256, O_MODEL, O_JSON, O_SUMMARY, O_MINCOS, O_MINTOP, O_MAXABS, O_VERSION };
     static const struct option lo[] = {
         {"vocab", 1, 0, O_VOCAB},        {"model", 1, 0, O_MODEL},     {"json", 0, 0, O_JSON},
         {"summary", 0, 0, O_SUMMARY},    {"min-cosine", 1, 0, O_MINCOS},
-        {"min-top1", 1, 0, O_MINTOP},    {"quiet", 0, 0, 'q'},         {"help", 0, 0, 'h'},
+        {"min-top1", 1, 0, O_MINTOP},    {"max-abs", 1, 0, O_MAXABS},    {"quiet", 0, 0, 'q'},         {"help", 0, 0, 'h'},
         {"version", 0, 0, O_VERSION},    {0, 0, 0, 0}};
-    *o = (options){.min_cosine = -2.0, .min_top1 = -1.0};
+    *o = (options){.min_cosine = -2.0, .min_top1 = -1.0, .max_abs = -1.0};
     long long v;
     int c;
     while ((c = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
@@ -87,6 +89,9 @@ static int parse_args(int argc, char **argv, options *o) {
             break;
         case O_MINTOP:
             if (cli_parse_float(optarg, &o->min_top1)) return cli_usage_error("bad --min-top1");
+            break;
+        case O_MAXABS:
+            if (cli_parse_float(optarg, &o->max_abs)) return cli_usage_error("bad --max-abs");
             break;
         case 'q': cli_set_quiet(1); break;
         case 'h': usage(); exit(cli_close_stdout());
@@ -192,7 +197,8 @@ out:
 
 static int passed(const options *o, const compare_summary *s) {
     return s->cosine_min >= o->min_cosine &&
-           (double)s->top1_agree / (double)s->rows >= o->min_top1 && s->nonfinite == 0;
+           (double)s->top1_agree / (double)s->rows >= o->min_top1 &&
+           (o->max_abs < 0 || s->max_abs <= o->max_abs) && s->nonfinite == 0;
 }
 
 static void report(const options *o, const compare_summary *s, json_t *rows) {
@@ -237,8 +243,9 @@ int main(int argc, char **argv) {
         report(&o, &s, rows);
         rc = passed(&o, &s) ? CLI_EXIT_OK : CLI_EXIT_DATA;
         if (rc && !o.json)
-            cli_error("below the thresholds (or non-finite values): cosine min %.9f, top-1 %.4f",
-                      s.cosine_min, (double)s.top1_agree / (double)s.rows);
+            cli_error("thresholds missed (or non-finite values): cosine min %.9f, top-1 %.4f, "
+                      "max abs %.6g", s.cosine_min, (double)s.top1_agree / (double)s.rows,
+                      s.max_abs);
     }
     json_decref(rows);
     if (a && a != stdin) fclose(a);

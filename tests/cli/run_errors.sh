@@ -1,0 +1,45 @@
+#!/bin/sh
+# thin-run's exit codes and messages: usage errors 2, bad data 1.
+S="$FIX/stories260k"
+"$BIN/thin-pack" -q "$S/model.safetensors" -o "$T/s.thin" || exit 1
+R="$BIN/thin-run"
+expect() { # expected-status command...
+    want=$1; shift
+    "$@" > "$T/out" 2> "$T/err"; got=$?
+    if [ "$got" -ne "$want" ]; then echo "exit $got, want $want: $*"; cat "$T/err"; exit 1; fi
+}
+expect 0 "$R" --help
+expect 0 "$R" --version
+expect 2 "$R"
+expect 2 "$R" "$T/s.thin" --temperature -1
+expect 2 "$R" "$T/s.thin" --kv-dtype f16
+expect 2 "$R" "$T/s.thin" -p a --ids "1 2"
+expect 2 "$R" "$T/s.thin" --bogus
+expect 1 "$R" "$T/missing.thin" -p hi
+grep -q "missing.thin" "$T/err" || exit 1
+expect 1 "$R" "$T/s.thin" --ids "1 9999"
+grep -q "9999" "$T/err" || exit 1
+expect 1 "$R" "$T/s.thin" --ctx 4 -p "Once upon a time there was"
+grep -q "context" "$T/err" || exit 1
+expect 1 "$R" "$T/s.thin" --ctx 100000
+# the generation stops at the context limit with a note
+expect 0 "$R" "$T/s.thin" --ctx 10 -t 0
+grep -q "context limit" "$T/err" || exit 1
+# stop strings end the text before them
+expect 0 "$R" "$T/s.thin" -t 0 --stop "Lily"
+printf 'Once upon a time, there was a little girl named \n' | cmp - "$T/out" || exit 1
+# a file read from stdin runs the same
+cat "$T/s.thin" | "$R" - --ids "1 403" -t 0 -n 3 > "$T/pipe.txt" || exit 1
+"$R" "$T/s.thin" --ids "1 403" -t 0 -n 3 | cmp - "$T/pipe.txt" || exit 1
+# a corrupted weight fails the checksum on load unless --no-verify
+cp "$T/s.thin" "$T/bad.thin"
+off=$(( $(wc -c < "$T/s.thin") / 2 ))
+printf '\377\377\377\377' | dd of="$T/bad.thin" bs=1 seek="$off" conv=notrunc 2>/dev/null
+expect 1 "$R" "$T/bad.thin" --ids 1 -n 1
+# same seed, same sample
+"$R" "$T/s.thin" -t 1 --seed 5 -n 30 > "$T/a.txt" || exit 1
+"$R" "$T/s.thin" -t 1 --seed 5 -n 30 --threads 1 | cmp - "$T/a.txt" || exit 1
+# --device cuda either runs (a GPU build on a GPU) or says why not, with exit 1
+"$R" "$T/s.thin" --device cuda --ids 1 -n 1 > "$T/out" 2> "$T/err"; got=$?
+if [ "$got" -ne 0 ]; then [ "$got" -eq 1 ] && grep -q "cuda" "$T/err" || exit 1; fi
+echo ok
