@@ -281,13 +281,19 @@ int64_t thin_layout_entry(const thin_layout *L, int kind, uint32_t index)
     return index < L->n_blobs ? (int64_t)L->n_tensors + index : -1;
 }
 
+int thin_descriptor_equal(json_t *entry, json_t *desc)
+{
+    json_t *m = json_copy(entry);
+    int ok = desc && m && json_object_del(m, "chunks") == 0 && json_equal(desc, m);
+    json_decref(m);
+    return ok;
+}
+
 int thin_descriptor_matches(json_t *entry, const char *desc, size_t len)
 {
     json_t *d = json_loadb(desc, len, JSON_REJECT_DUPLICATES, NULL);
-    json_t *m = json_copy(entry);
-    int ok = d && m && json_object_del(m, "chunks") == 0 && json_equal(d, m);
+    int ok = thin_descriptor_equal(entry, d);
     json_decref(d);
-    json_decref(m);
     return ok;
 }
 

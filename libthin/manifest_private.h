@@ -39,6 +39,8 @@ void thin_layout_free(thin_layout *L);
 int64_t thin_layout_entry(const thin_layout *L, int kind, uint32_t index);
 /* Checks that desc (an ENTRY record's JSON) equals the manifest entry without its "chunks". */
 int thin_descriptor_matches(json_t *entry, const char *desc, size_t len);
+/* The same for a parsed descriptor. */
+int thin_descriptor_equal(json_t *entry, json_t *desc);
 /* Parses a descriptor (ENTRY JSON) into e for the stream reader: same checks as a manifest entry
  * except chunks. Returns a status and sets *why. The json is kept in e->json (caller decrefs). */
 thin_status thin_descriptor_parse(const char *desc, size_t len, int is_blob, thin_entry *e,

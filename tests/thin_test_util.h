@@ -85,6 +85,7 @@ static inline void tu_fill_low(void *buf, size_t n, uint64_t seed)
 
 static inline uint8_t *tu_read_file(const char *path, size_t *len)
 {
+    *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
