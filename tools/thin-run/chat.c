@@ -1,0 +1,188 @@
+/*
+ * chat.c — renders thin-run's --chat prompt (see chat.h for the exact SmolLM3 format).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat.h"
+
+static const char persona_think[] =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role as an "
+    "assistant involves thoroughly exploring questions through a systematic thinking process "
+    "before providing the final precise and accurate solutions. This requires engaging in a "
+    "comprehensive cycle of analysis, summarizing, exploration, reassessment, reflection, "
+    "backtracking, and iteration to develop well-considered thinking process. Please structure "
+    "your response into two main sections: Thought and Solution using the specified format: "
+    "<think> Thought section </think> Solution section. In the Thought section, detail your "
+    "reasoning process in steps. Each step should include detailed considerations such as "
+    "analysing questions, summarizing relevant findings, brainstorming new ideas, verifying the "
+    "accuracy of the current steps, refining any errors, and revisiting previous steps. In the "
+    "Solution section, based on various attempts, explorations, and reflections from the Thought "
+    "section, systematically present the final solution that you deem correct. The Solution "
+    "section should be logical, accurate, and concise and detail necessary steps needed to reach "
+    "the conclusion.\n\n";
+static const char persona_plain[] =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n";
+
+chat_format chat_detect(const char *tpl)
+{
+    if (!tpl || !strstr(tpl, "<|im_start|>"))
+        return CHAT_FORMAT_NONE;
+    if (strstr(tpl, "Reasoning Mode") && strstr(tpl, "Knowledge Cutoff Date"))
+        return CHAT_FORMAT_SMOLLM3;
+    return CHAT_FORMAT_CHATML;
+}
+
+const char *chat_stop_text(chat_format format)
+{
+    return format == CHAT_FORMAT_NONE ? NULL : "<|im_end|>";
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + len + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+/* Python's str.replace(word, "") then str.rstrip() (ASCII whitespace and \x1c-\x1f). */
+static char *remove_and_rstrip(const char *s, const char *const *words, size_t n_words)
+{
+    char *out = strdup(s);
+    if (!out)
+        return NULL;
+    for (size_t w = 0; w < n_words; w++) {
+        size_t wl = strlen(words[w]);
+        char *p;
+        while ((p = strstr(out, words[w])))
+            memmove(p, p + wl, strlen(p + wl) + 1);
+    }
+    size_t n = strlen(out);
+    while (n && ((out[n - 1] >= 0x09 && out[n - 1] <= 0x0D) || out[n - 1] == ' ' ||
+                 (out[n - 1] >= 0x1C && out[n - 1] <= 0x1F)))
+        out[--n] = 0;
+    return out;
+}
+
+static void today_text(char *buf, size_t cap)
+{
+    static const char *const months[12] = {"January", "February", "March", "April", "May",
+                                           "June", "July", "August", "September", "October",
+                                           "November", "December"};
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm))
+        memset(&tm, 0, sizeof tm);
+    snprintf(buf, cap, "%02d %s %d", tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900);
+}
+
+/* SmolLM3's system block; *think receives the reasoning mode it settles on. */
+static void smollm3_system(sbuf *b, const chat_opts *o, int *think)
+{
+    static const char *const modes[] = {"/no_think", "/think"};
+    static const char *const override[] = {"/system_override"};
+    char date[64];
+    char *custom = NULL;
+    *think = o->think != CHAT_THINK_OFF;
+    if (o->system) {
+        if (strstr(o->system, "/no_think"))
+            *think = 0;
+        else if (strstr(o->system, "/think"))
+            *think = 1;
+        if (!(custom = remove_and_rstrip(o->system, modes, 2))) {
+            b->oom = 1;
+            return;
+        }
+    }
+    sb_str(b, "<|im_start|>system\n");
+    if (o->system && strstr(o->system, "/system_override")) {
+        char *text = remove_and_rstrip(custom, override, 1);
+        if (!text)
+            b->oom = 1;
+        else
+            sb_str(b, text);
+        free(text);
+        free(custom);
+        sb_str(b, "<|im_end|>\n");
+        return;
+    }
+    if (o->today)
+        snprintf(date, sizeof date, "%s", o->today);
+    else
+        today_text(date, sizeof date);
+    sb_str(b, "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: ");
+    sb_str(b, date);
+    sb_str(b, "\nReasoning Mode: ");
+    sb_str(b, *think ? "/think" : "/no_think");
+    sb_str(b, "\n\n## Custom Instructions\n\n");
+    if (custom && *custom) {
+        sb_str(b, custom);
+        sb_str(b, "\n\n");
+    } else
+        sb_str(b, *think ? persona_think : persona_plain);
+    sb_str(b, "\n\n<|im_end|>\n");
+    free(custom);
+}
+
+int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, char *err,
+                size_t errlen)
+{
+    sbuf b = {0};
+    int think = 0;
+    *out = NULL;
+    *len = 0;
+    if (o->format != CHAT_FORMAT_SMOLLM3 && o->format != CHAT_FORMAT_CHATML) {
+        if (err && errlen)
+            snprintf(err, errlen, "no supported chat template (need SmolLM3 or ChatML)");
+        return -1;
+    }
+    if (o->format == CHAT_FORMAT_SMOLLM3)
+        smollm3_system(&b, o, &think);
+    else if (o->system) {
+        sb_str(&b, "<|im_start|>system\n");
+        sb_str(&b, o->system);
+        sb_str(&b, "<|im_end|>\n");
+    }
+    sb_str(&b, "<|im_start|>user\n");
+    sb_str(&b, user ? user : "");
+    sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+    if (o->format == CHAT_FORMAT_SMOLLM3 && !think)
+        sb_str(&b, "<think>\n\n</think>\n");
+    if (b.oom || !b.p) {
+        free(b.p);
+        if (err && errlen)
+            snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *out = b.p;
+    *len = b.n;
+    return 0;
+}

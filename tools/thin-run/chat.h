@@ -1,0 +1,60 @@
+/*
+ * chat.h — the chat prompt of thin-run's --chat mode: one optional system message and one user
+ * message rendered as SmolLM3's chat template does (HuggingFaceTB/SmolLM3-3B, tokenizer_config.json
+ * chat_template), or as plain ChatML for other <|im_start|> templates.
+ *
+ * SmolLM3 rendering, for one turn with add_generation_prompt:
+ *   "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: DD Month YYYY\n"
+ *   "Reasoning Mode: /think|/no_think\n\n## Custom Instructions\n\n" + (system message, or the
+ *   template's default persona for the mode) + "\n\n" + "\n\n<|im_end|>\n"
+ *   "<|im_start|>user\n" + user + "<|im_end|>\n"
+ *   "<|im_start|>assistant\n" (+ "<think>\n\n</think>\n" in /no_think mode).
+ * Thinking is on by default (the template's enable_thinking default); "/think" or "/no_think" in
+ * the system message switches it and is removed from the text; "/system_override" in the system
+ * message replaces the whole metadata block by the message itself. Tools (xml_tools,
+ * python_tools) and multi-turn histories are not supported.
+ */
+#ifndef THIN_CHAT_H
+#define THIN_CHAT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum chat_format {
+    CHAT_FORMAT_NONE = 0,    /* no known chat template: --chat cannot be used */
+    CHAT_FORMAT_CHATML = 1,  /* <|im_start|>role\n...<|im_end|>\n */
+    CHAT_FORMAT_SMOLLM3 = 2, /* ChatML with SmolLM3's metadata system block and think tags */
+} chat_format;
+
+typedef enum chat_think {
+    CHAT_THINK_DEFAULT = -1, /* the template's default: thinking on */
+    CHAT_THINK_OFF = 0,      /* enable_thinking=False: "/no_think" */
+    CHAT_THINK_ON = 1,       /* enable_thinking=True: "/think" */
+} chat_think;
+
+typedef struct chat_opts {
+    chat_format format;
+    const char *system;  /* system message, or NULL */
+    chat_think think;    /* SmolLM3 reasoning mode */
+    const char *today;   /* "DD Month YYYY" for SmolLM3's "Today Date"; NULL = the local date */
+} chat_opts;
+
+/* Picks the format from a chat template's text (NULL gives CHAT_FORMAT_NONE). */
+chat_format chat_detect(const char *chat_template);
+
+/* Renders the prompt for one user message into a malloc'd, NUL-terminated string (*out, *len),
+ * ready to encode with special-token parsing on and no extra BOS. Returns 0, or -1 with a message
+ * in err (unknown format, no memory). */
+int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, char *err,
+                size_t errlen);
+
+/* The text of the token that ends an assistant turn ("<|im_end|>"). */
+const char *chat_stop_text(chat_format format);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* THIN_CHAT_H */
