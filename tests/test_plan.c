@@ -1,0 +1,280 @@
+/*
+ * Tests of the plan compiler (tools/thin-run/plan.c): a tiny one-layer Llama written with the
+ * libthin writer, its tape compiled, broken in various ways, and run on the CPU backend.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../tools/thin-run/exec_cpu.h"
+#include "../tools/thin-run/plan.h"
+
+enum { VOCAB = 16, DIM = 8, FFN = 12, HEADS = 2, KV_HEADS = 1, HD = 4 };
+
+typedef struct wspec {
+    const char *name;
+    thin_role role;
+    int32_t layer;
+    uint64_t rows, cols; /* rows 0: a vector of cols */
+} wspec;
+
+static const wspec weights[] = {
+    {"model.embed_tokens.weight", THIN_ROLE_EMBEDDING, -1, VOCAB, DIM},
+    {"model.layers.0.input_layernorm.weight", THIN_ROLE_ATTN_NORM, 0, 0, DIM},
+    {"model.layers.0.self_attn.q_proj.weight", THIN_ROLE_Q, 0, HEADS * HD, DIM},
+    {"model.layers.0.self_attn.k_proj.weight", THIN_ROLE_K, 0, KV_HEADS * HD, DIM},
+    {"model.layers.0.self_attn.v_proj.weight", THIN_ROLE_V, 0, KV_HEADS * HD, DIM},
+    {"model.layers.0.self_attn.o_proj.weight", THIN_ROLE_O, 0, DIM, HEADS * HD},
+    {"model.layers.0.post_attention_layernorm.weight", THIN_ROLE_FFN_NORM, 0, 0, DIM},
+    {"model.layers.0.mlp.gate_proj.weight", THIN_ROLE_GATE, 0, FFN, DIM},
+    {"model.layers.0.mlp.up_proj.weight", THIN_ROLE_UP, 0, FFN, DIM},
+    {"model.layers.0.mlp.down_proj.weight", THIN_ROLE_DOWN, 0, DIM, FFN},
+    {"model.norm.weight", THIN_ROLE_FINAL_NORM, -1, 0, DIM},
+};
+#define N_WEIGHTS (sizeof weights / sizeof weights[0])
+#define W(i) weights[i].name
+
+static json_t *op(const char *kind, const char *w, const char *in, const char *out) {
+    json_t *o = json_pack("{ss}", "op", kind);
+    if (w) json_object_set_new(o, "w", json_string(w));
+    if (in) json_object_set_new(o, "in", json_string(in));
+    if (out) json_object_set_new(o, "out", json_string(out));
+    return o;
+}
+
+/* The SPEC §10 tape of the tiny model. */
+static json_t *tape(void) {
+    json_t *ops = json_array();
+    json_array_append_new(ops, op("embed", W(0), NULL, "x"));
+    json_array_append_new(ops, op("rmsnorm", W(1), "x", "h"));
+    json_array_append_new(ops, op("linear", W(2), "h", "q"));
+    json_array_append_new(ops, op("linear", W(3), "h", "k"));
+    json_array_append_new(ops, op("linear", W(4), "h", "v"));
+    for (int i = 0; i < 2; i++)
+        json_array_append_new(ops, json_pack("{ss ss si sf si}", "op", "rope", "in", i ? "k" : "q",
+                                             "head_dim", HD, "theta", 10000.0, "layer", 0));
+    json_array_append_new(ops, json_pack("{ss ss ss ss ss si si si si}", "op", "attention", "q",
+                                         "q", "k", "k", "v", "v", "out", "att", "layer", 0,
+                                         "n_heads", HEADS, "n_kv_heads", KV_HEADS, "head_dim", HD));
+    json_array_append_new(ops, op("linear", W(5), "att", "h"));
+    json_array_append_new(ops, op("add", NULL, "h", "x"));
+    json_array_append_new(ops, op("rmsnorm", W(6), "x", "h"));
+    json_array_append_new(ops, op("linear", W(7), "h", "g"));
+    json_array_append_new(ops, op("linear", W(8), "h", "u"));
+    json_array_append_new(ops, op("silu_mul", NULL, "u", "g"));
+    json_array_append_new(ops, op("linear", W(9), "g", "h"));
+    json_array_append_new(ops, op("add", NULL, "h", "x"));
+    json_array_append_new(ops, op("rmsnorm", W(10), "x", "h"));
+    json_array_append_new(ops, op("linear", "lm_head.weight", "h", "logits"));
+    return json_pack("{si s{si si si si si si si si si} so}", "version", 1, "buffers", "x", DIM,
+                     "h", DIM, "q", HEADS * HD, "k", KV_HEADS * HD, "v", KV_HEADS * HD, "att",
+                     HEADS * HD, "g", FFN, "u", FFN, "logits", VOCAB, "ops", ops);
+}
+
+static const char *hparams =
+    "{\"architecture\": \"LlamaForCausalLM\", \"family\": \"llama\", \"hparams\": {"
+    "\"vocab_size\": 16, \"hidden_size\": 8, \"intermediate_size\": 12, \"n_layers\": 1,"
+    "\"n_heads\": 2, \"n_kv_heads\": 1, \"head_dim\": 4, \"max_position_embeddings\": 32,"
+    "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"bos_token_id\": 1,"
+    "\"eos_token_id\": [2, 3]}}";
+
+/* How to write the file: which tape, codec, F8 for the q projection (with or without scale). */
+typedef struct variant {
+    json_t *tape;      /* stolen; NULL = no tape section */
+    thin_codec codec;
+    int fp8_q;         /* 1: q_proj as F8_E4M3 with a scale, 2: without */
+    const char *runtime;
+} variant;
+
+static float value(size_t i, size_t k) { return (float)sin(0.37 * (double)(i * 131 + k)) * 0.5f; }
+
+static void add_weight(thin_writer *w, size_t i, const variant *v) {
+    const wspec *s = &weights[i];
+    uint64_t n = (s->rows ? s->rows : 1) * s->cols;
+    thin_tensor_desc d = {s->name, s->role, s->layer, THIN_DTYPE_F32, s->rows ? 2 : 1,
+                          {s->rows ? s->rows : s->cols, s->cols}, NULL, NULL};
+    float *f = malloc(n * sizeof *f);
+    for (uint64_t k = 0; k < n; k++) f[k] = s->rows ? value(i, k) : 1.0f + value(i, k) * 0.1f;
+    if (i == 2 && v->fp8_q) {
+        uint8_t *q = malloc(n);
+        float scale[HEADS * HD];
+        for (uint64_t k = 0; k < n; k++) q[k] = thin_f32_to_e4m3(f[k] * 256.0f);
+        for (int r = 0; r < HEADS * HD; r++) scale[r] = 1.0f / 256.0f;
+        d.dtype = THIN_DTYPE_F8_E4M3;
+        d.scale = v->fp8_q == 1 ? "q.scale" : NULL;
+        assert_int_equal(thin_writer_add_tensor(w, &d, q), THIN_OK);
+        thin_tensor_desc sd = {"q.scale", THIN_ROLE_SCALE, 0, THIN_DTYPE_F32, 1, {HEADS * HD},
+                               NULL, NULL};
+        if (v->fp8_q == 1) assert_int_equal(thin_writer_add_tensor(w, &sd, scale), THIN_OK);
+        free(q);
+    } else {
+        assert_int_equal(thin_writer_add_tensor(w, &d, f), THIN_OK);
+    }
+    free(f);
+}
+
+static void write_model(const char *path, variant v) {
+    thin_writer *w = thin_writer_new();
+    thin_writer_options o = {0, v.codec, 0, 1};
+    assert_int_equal(thin_writer_open(w, path, &o), THIN_OK);
+    for (size_t i = 0; i < N_WEIGHTS; i++) add_weight(w, i, &v);
+    thin_tensor_desc lm = {"lm_head.weight", THIN_ROLE_LM_HEAD, -1, THIN_DTYPE_F32, 2,
+                           {VOCAB, DIM}, NULL, "model.embed_tokens.weight"};
+    assert_int_equal(thin_writer_begin_tensor(w, &lm), THIN_OK);
+    assert_int_equal(thin_writer_end_tensor(w), THIN_OK);
+    assert_int_equal(thin_writer_set_section(w, "model", hparams), THIN_OK);
+    if (v.tape) {
+        char *t = json_dumps(v.tape, 0);
+        assert_int_equal(thin_writer_set_section(w, "tape", t), THIN_OK);
+        free(t);
+        json_decref(v.tape);
+    }
+    if (v.runtime) assert_int_equal(thin_writer_set_section(w, "runtime", v.runtime), THIN_OK);
+    assert_int_equal(thin_writer_finish(w, NULL), THIN_OK);
+    thin_writer_free(w);
+}
+
+typedef struct built {
+    char path[256];
+    thin_file *f;
+    plan p;
+    thin_status st;
+    char err[512];
+} built;
+
+static void build(built *b, variant v, thin_dtype kv) {
+    snprintf(b->path, sizeof b->path, "%s/test_plan.%d.thin", getenv("TMPDIR") ? getenv("TMPDIR")
+                                                                                : "/tmp",
+             (int)getpid());
+    write_model(b->path, v);
+    b->f = thin_file_new();
+    assert_int_equal(thin_file_open(b->f, b->path, 0), THIN_OK);
+    b->st = plan_build(&b->p, b->f, kv, b->err, sizeof b->err);
+}
+
+static void unbuild(built *b) {
+    plan_free(&b->p);
+    thin_file_free(b->f);
+    unlink(b->path);
+}
+
+/* Runs 3 positions and returns the last logits. */
+static void run3(const plan *p, float *logits) {
+    cpu_session *s;
+    char err[256];
+    int32_t ids[3] = {1, 5, 9};
+    assert_int_equal(cpu_session_create(&s, p, 32, 1, err, sizeof err), 0);
+    float all[3 * VOCAB];
+    assert_int_equal(cpu_session_forward(s, ids, 3, 0, all, NULL), 0);
+    memcpy(logits, all + 2 * VOCAB, sizeof all / 3);
+    int32_t bad = VOCAB;
+    assert_int_equal(cpu_session_forward(s, &bad, 1, 3, NULL, NULL), -1);
+    assert_int_equal(cpu_session_forward(s, ids, 1, 32, NULL, NULL), -1);
+    cpu_session_free(s);
+}
+
+static void test_good_tape_compiles_and_runs(void **state) {
+    (void)state;
+    built b;
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, "{\"kv_cache_dtype\": \"F32\"}"},
+          THIN_DTYPE_INVALID);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_int_equal(b.p.n_ops, 18);
+    assert_int_equal(b.p.kv_dtype, THIN_DTYPE_F32);
+    assert_int_equal(b.p.hp.vocab_size, VOCAB);
+    assert_int_equal(b.p.hp.bos_id, 1);
+    assert_int_equal(b.p.hp.eos_ids[0], 2);
+    assert_int_equal(b.p.hp.eos_ids[1], 3);
+    assert_int_equal(b.p.hp.eos_ids[2], -1);
+    /* the tied lm_head reads the embedding's bytes; counted once, whole */
+    assert_ptr_equal(b.p.ops[17].w.data, b.p.ops[0].w.data);
+    uint64_t total = 0;
+    for (size_t i = 0; i < N_WEIGHTS; i++)
+        total += (weights[i].rows ? weights[i].rows : 1) * weights[i].cols * 4;
+    assert_int_equal(b.p.weight_bytes, total);
+    assert_int_equal(b.p.ops[2].split, PLAN_SPLIT_NONE);
+    assert_int_equal(b.p.ops[5].n_heads, HEADS);
+    float logits[VOCAB];
+    run3(&b.p, logits);
+    for (int i = 0; i < VOCAB; i++) assert_true(isfinite(logits[i]));
+    unbuild(&b);
+}
+
+static void test_zstd_and_fp8_weights_run_close(void **state) {
+    (void)state;
+    float ref[VOCAB], z[VOCAB], q[VOCAB];
+    built b;
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL}, THIN_DTYPE_F32);
+    assert_int_equal(b.st, THIN_OK);
+    assert_int_equal(b.p.kv_dtype, THIN_DTYPE_F32);
+    run3(&b.p, ref);
+    unbuild(&b);
+    build(&b, (variant){tape(), THIN_CODEC_ZSTD, 0, NULL}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    run3(&b.p, z);
+    unbuild(&b);
+    assert_memory_equal(ref, z, sizeof ref);
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 1, NULL}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_int_equal(b.p.ops[2].w.dtype, THIN_DTYPE_F8_E4M3);
+    assert_non_null(b.p.ops[2].w.scale);
+    run3(&b.p, q);
+    unbuild(&b);
+    for (int i = 0; i < VOCAB; i++) assert_float_equal(q[i], ref[i], 0.05);
+}
+
+static void expect_error(json_t *t, thin_status want, const char *needle, int fp8_q) {
+    built b;
+    build(&b, (variant){t, THIN_CODEC_NONE, fp8_q, NULL}, THIN_DTYPE_BF16);
+    if (b.st != want) fail_msg("status %d, want %d: %s", b.st, want, b.err);
+    if (!strstr(b.err, needle)) fail_msg("message '%s' lacks '%s'", b.err, needle);
+    unbuild(&b);
+}
+
+static void test_bad_tapes_are_refused(void **state) {
+    (void)state;
+    json_t *t = tape();
+    json_array_append_new(json_object_get(t, "ops"), op("gelu", NULL, "x", "x"));
+    expect_error(t, THIN_E_UNSUPPORTED, "unknown op 'gelu'", 0);
+    t = tape(); /* q projection writing into a buffer of the wrong size */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 2), "out", json_string("k"));
+    expect_error(t, THIN_E_SHAPE, "q_proj", 0);
+    t = tape();
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 3), "w", json_string("nope"));
+    expect_error(t, THIN_E_NOT_FOUND, "'nope'", 0);
+    t = tape(); /* a norm vector where a matrix belongs */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 3), "w", json_string(W(1)));
+    expect_error(t, THIN_E_BAD_MANIFEST, "role attn_norm", 0);
+    t = tape();
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 2), "in", json_string("zz"));
+    expect_error(t, THIN_E_BAD_MANIFEST, "'in'", 0);
+    t = tape();
+    json_object_del(json_object_get(t, "buffers"), "logits");
+    expect_error(t, THIN_E_BAD_MANIFEST, "logits", 0);
+    t = tape(); /* the attention op removed: layer 0 has no cache owner */
+    json_array_remove(json_object_get(t, "ops"), 7);
+    expect_error(t, THIN_E_BAD_MANIFEST, "attention", 0);
+    t = tape();
+    json_object_set_new(t, "version", json_integer(2));
+    expect_error(t, THIN_E_UNSUPPORTED, "version", 0);
+    expect_error(NULL, THIN_E_NOT_FOUND, "tape", 0);
+    expect_error(tape(), THIN_E_BAD_MANIFEST, "without a scale", 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_tape_compiles_and_runs),
+        cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
+        cmocka_unit_test(test_bad_tapes_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
