@@ -73,7 +73,7 @@ void tq_report_print(const tq_report *r, FILE *out)
         if (e->action == TQ_ACTION_COPY && !e->note)
             continue;
         if (!header) {
-            fprintf(out, "%-48s %-8s %5s %-12s %10s %10s %10s %9s\n", "tensor", "role", "layer",
+            fprintf(out, "%-48s %-9s %5s %-12s %10s %10s %10s %9s\n", "tensor", "role", "layer",
                     "dtype", "rel_rms", "max_abs", "cosine", "MiB");
             header = 1;
         }
@@ -81,11 +81,11 @@ void tq_report_print(const tq_report *r, FILE *out)
         snprintf(dt, sizeof dt, "%s>%s", thin_dtype_name(e->from),
                  e->to == THIN_DTYPE_F8_E4M3 ? "F8" : thin_dtype_name(e->to));
         if (e->action == TQ_ACTION_COPY) {
-            fprintf(out, "%-48s %-8s %5d %-12s  copied: %s\n", e->name, thin_role_name(e->role),
+            fprintf(out, "%-48s %-9s %5d %-12s  copied: %s\n", e->name, thin_role_name(e->role),
                     (int)e->layer, thin_dtype_name(e->from), e->note);
             continue;
         }
-        fprintf(out, "%-48s %-8s %5d %-12s %10.3e %10.3e %10.7f %9.2f\n", e->name,
+        fprintf(out, "%-48s %-9s %5d %-12s %10.3e %10.3e %10.7f %9.2f\n", e->name,
                 thin_role_name(e->role), (int)e->layer, dt, tq_stats_rel_rms(&e->stats),
                 e->stats.max_abs_err, tq_stats_cosine(&e->stats), mib(e->bytes_after));
     }
