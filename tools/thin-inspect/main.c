@@ -252,14 +252,18 @@ static int walk_stream(const opts *o, thin_stream *s, int *found)
 static int run_stream(const opts *o)
 {
     thin_stream *s = thin_stream_new();
-    const char *text;
-    size_t len;
+    const char *text = NULL;
+    size_t len = 0;
     char hex[65];
     int found = 0, rc = CLI_EXIT_DATA;
-    if (!s || thin_stream_open_fd(s, 0, "stdin") != THIN_OK || walk_stream(o, s, &found) ||
-        thin_stream_manifest(s, &text, &len) != THIN_OK) {
-        if (s && *thin_stream_error(s))
-            cli_error("%s", thin_stream_error(s));
+    if (!s) {
+        cli_error("out of memory");
+        return rc;
+    }
+    if (thin_stream_open_fd(s, 0, "stdin") != THIN_OK ||
+        (walk_stream(o, s, &found) == 0 && thin_stream_manifest(s, &text, &len) != THIN_OK))
+        cli_error("%s", thin_stream_error(s));
+    if (!text) {
         thin_stream_free(s);
         return rc;
     }
