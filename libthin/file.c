@@ -28,6 +28,7 @@ static void file_reset(thin_file *f)
     thin_layout_free(&f->L);
     free(f->file_order);
     free(f->chunk_owner);
+    free(f->stored_sha);
     free(f->pads);
     for (size_t i = 0; i < f->n_sections; i++) {
         free(f->sections[i].key);

@@ -22,7 +22,17 @@ thin_status thin_file_check_chunk(const thin_file *f, size_t ci, void *dctx, uin
 {
     const thin_chunk_info *c = &f->L.chunks[ci];
     const uint8_t *src = f->base + c->offset;
+    uint8_t sha[32];
+    thin_status s;
     if (c->codec == THIN_CODEC_ZSTD) {
+        if ((s = thin_sha256(src, c->stored_size, sha))) {
+            *why = "SHA-256 failed";
+            return s;
+        }
+        if (memcmp(sha, f->stored_sha[ci], 16)) {
+            *why = "SHA-256 mismatch of the compressed bytes";
+            return THIN_E_CHECKSUM;
+        }
         size_t r = ZSTD_decompressDCtx(dctx, scratch, c->raw_size, src, c->stored_size);
         if (ZSTD_isError(r) || r != c->raw_size) {
             *why = "zstd payload does not decode to its raw size";
@@ -30,8 +40,7 @@ thin_status thin_file_check_chunk(const thin_file *f, size_t ci, void *dctx, uin
         }
         src = scratch;
     }
-    uint8_t sha[32];
-    thin_status s = thin_sha256(src, c->raw_size, sha);
+    s = thin_sha256(src, c->raw_size, sha);
     if (s) {
         *why = "SHA-256 failed";
         return s;

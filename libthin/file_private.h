@@ -33,6 +33,7 @@ struct thin_file {
     thin_layout L;
     size_t *file_order;    /* (L.n_chunks) chunk numbers in file order */
     uint32_t *chunk_owner; /* (L.n_chunks) entry number of each chunk */
+    uint8_t (*stored_sha)[16]; /* (L.n_chunks) CHUNK record hash prefix of the stored bytes */
     thin_pad *pads;        /* (n_pads) every padding run of the file */
     size_t n_pads, cap_pads;
     thin_section *sections;/* (n_sections) cached compact JSON of manifest members */

@@ -93,9 +93,10 @@ static thin_status walk_chunk_headers(thin_file *f, uint32_t k, uint64_t pos)
         if (r.type != THIN_REC_CHUNK || r.kind != (e->is_blob ? THIN_KIND_BLOB : THIN_KIND_TENSOR) ||
             r.entry != e->kind_index || r.chunk != j || r.codec != c->codec ||
             r.offset != c->offset || r.stored != c->stored_size || r.raw != c->raw_size ||
-            memcmp(r.sha, c->sha256, 16))
+            (c->codec == THIN_CODEC_NONE && memcmp(r.sha, c->sha256, 16)))
             return thin_errf(f->err, f->label, THIN_E_BAD_RECORD, "chunk %u of %s '%s': CHUNK "
                              "record does not match the manifest", j, kind_name(e), e->info.name);
+        memcpy(f->stored_sha[e->first_chunk + j], r.sha, 16);
     }
     return THIN_OK;
 }
@@ -136,7 +137,8 @@ thin_status thin_file_walk(thin_file *f)
     uint8_t *seen = calloc(n + 1, 1);
     f->file_order = calloc(f->L.n_chunks + 1, sizeof *f->file_order);
     f->chunk_owner = calloc(f->L.n_chunks + 1, sizeof *f->chunk_owner);
-    if (!seen || !f->file_order || !f->chunk_owner) {
+    f->stored_sha = calloc(f->L.n_chunks + 1, sizeof *f->stored_sha);
+    if (!seen || !f->file_order || !f->chunk_owner || !f->stored_sha) {
         free(seen);
         return thin_errf(f->err, f->label, THIN_E_NOMEM, "out of memory");
     }

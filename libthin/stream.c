@@ -40,6 +40,8 @@ void thin_stream_free(thin_stream *s)
     free(s->seen);
     free(s->chunks);
     thin_sha256_free(&s->sha);
+    thin_sha256_free(&s->zsha);
+    free(s->stored_sha);
     ZSTD_freeDStream(s->zd);
     free(s->manifest);
     json_decref(s->root);
@@ -151,8 +153,10 @@ static thin_status push_chunk(thin_stream *s, const uint8_t sha[32])
     if (s->n_chunks == s->cap_chunks) {
         size_t cap = s->cap_chunks ? s->cap_chunks * 2 : 256;
         thin_chunk_info *c = realloc(s->chunks, cap * sizeof *c);
-        if (!c) return thin_stream_fail(s, THIN_E_NOMEM, "out of memory");
-        s->chunks = c;
+        if (c) s->chunks = c;
+        uint8_t(*z)[16] = c ? realloc(s->stored_sha, cap * 16) : NULL;
+        if (!z) return thin_stream_fail(s, THIN_E_NOMEM, "out of memory");
+        s->stored_sha = z;
         s->cap_chunks = cap;
     }
     thin_chunk_info *c = &s->chunks[s->n_chunks++];
@@ -160,6 +164,12 @@ static thin_status push_chunk(thin_stream *s, const uint8_t sha[32])
                            .raw_offset = (uint64_t)s->cj * s->cur.chunk_size,
                            .codec = s->cur.info.codec};
     memcpy(c->sha256, sha, 32);
+    memcpy(s->stored_sha[s->n_chunks - 1], sha, 16);
+    if (s->cur.info.codec != THIN_CODEC_ZSTD) return THIN_OK;
+    uint8_t z[32];
+    thin_status st = thin_sha256_final(&s->zsha, z);
+    if (st) return thin_stream_fail(s, st, "SHA-256 failed");
+    memcpy(s->stored_sha[s->n_chunks - 1], z, 16);
     return THIN_OK;
 }
 
@@ -189,6 +199,8 @@ static thin_status zstd_step(thin_stream *s, uint8_t *buf, size_t cap, size_t *g
     ZSTD_inBuffer in = {s->in + s->in_pos, avail, 0};
     ZSTD_outBuffer out = {cap ? buf : &dummy, cap ? cap : 1, 0};
     size_t r = ZSTD_decompressStream(s->zd, &out, &in);
+    thin_status zs = thin_sha256_update(&s->zsha, s->in + s->in_pos, in.pos);
+    if (zs) return thin_stream_fail(s, zs, "SHA-256 failed");
     consume(s, in.pos);
     s->c_stored += in.pos;
     if (ZSTD_isError(r) || (!cap && out.pos))
@@ -232,7 +244,8 @@ static thin_status chunk_step(thin_stream *s, uint8_t *buf, size_t cap, size_t *
 /* After the last payload: the entry's CHUNK records, checked against what was read. */
 static thin_status end_item(thin_stream *s)
 {
-    const thin_chunk_info *c = &s->chunks[s->n_chunks - s->cur.info.n_chunks];
+    size_t first = s->n_chunks - s->cur.info.n_chunks;
+    const thin_chunk_info *c = &s->chunks[first];
     for (uint32_t j = 0; j < s->cur.info.n_chunks; j++, c++) {
         uint8_t h[64];
         thin_record r;
@@ -241,7 +254,7 @@ static thin_status end_item(thin_stream *s)
         if (!st) st = thin_record_decode(h, &r, &why);
         if (st) return st == THIN_E_TRUNCATED ? st : thin_stream_fail(s, st, "chunk %u of %s "
                        "'%s': %s", j, cur_kind(s), s->cur.info.name, why);
-        if (memcmp(r.sha, c->sha256, 16))
+        if (memcmp(r.sha, s->stored_sha[first + j], 16))
             return thin_stream_fail(s, THIN_E_CHECKSUM, "chunk %u of %s '%s': SHA-256 mismatch",
                                     j, cur_kind(s), s->cur.info.name);
         if (r.type != THIN_REC_CHUNK || r.kind != (s->cur.is_blob ? 1 : 0) ||
@@ -350,7 +363,7 @@ thin_status thin_stream_next(thin_stream *s, thin_item_kind *kind, thin_tensor_i
     }
     thin_status st = drain(s);
     if (st) return st;
-    if (!s->sha.md && (st = thin_sha256_init(&s->sha)))
+    if (!s->sha.md && ((st = thin_sha256_init(&s->sha)) || (st = thin_sha256_init(&s->zsha))))
         return thin_stream_fail(s, st, "out of memory");
     uint8_t h[64];
     thin_record r;

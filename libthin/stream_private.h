@@ -34,7 +34,9 @@ struct thin_stream {
     thin_entry cur;            /* the current item */
     uint32_t cj;               /* its current chunk */
     uint64_t c_off, c_raw, c_raw_done, c_stored;
-    thin_sha256_ctx sha;
+    thin_sha256_ctx sha;       /* of the current chunk's raw bytes */
+    thin_sha256_ctx zsha;      /* of its stored bytes (zstd) */
+    uint8_t (*stored_sha)[16]; /* (n_chunks) hash prefix of each chunk's stored bytes */
     void *zd;                  /* ZSTD_DStream */
     char *manifest;            /* (manifest_len) */
     size_t manifest_len;

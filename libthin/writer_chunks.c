@@ -53,8 +53,12 @@ static void run_job(thin_writer *w, unsigned i)
         return;
     }
     size_t r = ZSTD_compressCCtx(w->cctx[i], w->zbuf[i], w->zcap, j->src, j->raw, w->level);
-    if (ZSTD_isError(r)) j->status = THIN_E_CODEC;
+    if (ZSTD_isError(r)) {
+        j->status = THIN_E_CODEC;
+        return;
+    }
     j->stored = r;
+    j->status = thin_sha256(w->zbuf[i], r, j->zsha);
 }
 
 static void *job_thread(void *p)
@@ -106,7 +110,7 @@ static thin_status emit(thin_writer *w, const thin_wjob *j)
     *r = (thin_record){.type = THIN_REC_CHUNK, .codec = (uint16_t)w->codec, .entry = w->cur_index,
                        .chunk = w->cur_done, .offset = off, .stored = stored, .raw = j->raw,
                        .kind = w->cur_blob ? THIN_KIND_BLOB : THIN_KIND_TENSOR};
-    memcpy(r->sha, j->sha, 16);
+    memcpy(r->sha, z ? j->zsha : j->sha, 16);
     if (w->n_sha == w->cap_sha) {
         size_t cap = w->cap_sha ? w->cap_sha * 2 : 256;
         uint8_t(*p)[32] = realloc(w->sha, cap * 32);

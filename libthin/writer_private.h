@@ -18,7 +18,8 @@ typedef struct thin_wjob {
     size_t raw;
     int borrowed;        /* src is the caller's memory: must be done before write() returns */
     size_t stored;       /* compressed size (zstd) */
-    uint8_t sha[32];
+    uint8_t sha[32];     /* of the raw bytes */
+    uint8_t zsha[32];    /* of the stored (compressed) bytes */
     thin_status status;
 } thin_wjob;
 
