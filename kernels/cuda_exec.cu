@@ -152,7 +152,8 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         return 0;
     case STEP_LINEAR: return run_linear(s, st, n, lm_last);
     case STEP_HEAD_RMSNORM:
-        CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w, ld_of(s, o->in) / o->head_dim,
+        CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w,
+                                  o->n_heads ? o->n_heads : ld_of(s, o->in) / o->head_dim,
                                   o->head_dim, o->eps, n, s->st));
         return 0;
     case STEP_ROPE: return run_rope(s, st, n);

@@ -1,0 +1,130 @@
+#!/bin/sh
+# GPU correctness and speed of thin-run's CUDA backend in one run (builds nothing).
+#
+#   bench/bench-gpu.sh [OUTDIR]          (OUTDIR: $OUT when set, else ./bench-gpu-out)
+#
+# Steps: device and copy bandwidth; the GPU parity tests (tests/cuda); stories260K greedy ids on
+# GPU vs CPU and compute-sanitizer memcheck; the random SmolLM3-3B (bench/make-smollm3.py, with the
+# transformers decode speed), packed BF16 and quantized with --profile quality (FP8); logits of GPU
+# vs CPU over a few positions; decode speed (128 tokens after 16), prefill of 512 tokens, time to
+# first token with the load; each speed also as a share of the bandwidth limit
+# (weight_bytes / copy bandwidth). A table is printed last. Environment:
+#   BIN        thin-* tools (default build/bin)     B      build folder (default build)
+#   WORK       models and scratch (default /tmp/thin-bench-gpu, kept for reuse)
+#   SMOLLM3=0  skip the 3B model                    NCU=1  profile two kernels with ncu
+#   STAGE      all (default) | quick (tests, stories, sanitizer only)
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${1:-${OUT:-bench-gpu-out}}
+BIN=${BIN:-build/bin}
+B=${B:-build}
+WORK=${WORK:-/tmp/thin-bench-gpu}
+STAGE=${STAGE:-all}
+mkdir -p "$OUTDIR" "$WORK"
+LOG=$OUTDIR/bench-gpu.log
+TABLE=$OUTDIR/table.txt
+: >"$LOG"
+: >"$TABLE"
+[ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+say() { echo "$*" | tee -a "$LOG"; }
+row() { printf '%-46s %s\n' "$1" "$2" | tee -a "$TABLE" >>"$LOG"; }
+# jget FILE KEY: a number from thin-run's --json output.
+jget() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null; }
+now() { date +%s.%N; }
+since() { python3 -c "import sys,time;print(time.time()-float(sys.argv[1]))" "$1"; }
+fmt() { python3 -c "import sys;print(f'{float(sys.argv[1]):.{int(sys.argv[2])}f}')" "$1" "$2" 2>/dev/null || echo "$1"; }
+
+say "== device"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | tee -a "$LOG"
+BW=$("$B/tests/cuda/test_copy_bandwidth" 2>&1 | tee -a "$LOG" | awk '/copy_bandwidth_GBps/{print $2}')
+row "device-to-device copy (read+write), GB/s" "${BW:-?}"
+
+say "== GPU parity tests (tests/run-cuda-tests.sh)"
+if B=$B sh tests/run-cuda-tests.sh >>"$LOG" 2>&1; then row "GPU parity tests" "pass"; else row "GPU parity tests" "FAIL"; fi
+grep -E "^(ok|FAIL)" "$LOG" | tail -40
+
+say "== stories260K: GPU vs CPU greedy ids"
+"$BIN/thin-pack" -q fixtures/stories260k -o "$WORK/stories.thin" >>"$LOG" 2>&1
+same=0 total=0
+for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
+    total=$((total + 1))
+    "$BIN/thin-run" "$WORK/stories.thin" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
+    "$BIN/thin-run" "$WORK/stories.thin" --ids "$p" -n 195 -t 0 --json --device cuda >"$WORK/g.json" 2>>"$LOG"
+    if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
+        same=$((same + 1))
+    else
+        say "stories: ids differ for prompt '$p'"
+    fi
+done
+row "stories260K greedy ids GPU = CPU (prompts)" "$same/$total"
+echo "1 403 407 261 378 432 383 286 261 376 298 315 421" >"$WORK/sids.txt"
+"$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sc.f32" --device cpu 2>>"$LOG"
+"$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sg.f32" --device cuda 2>>"$LOG"
+CMP='
+import sys, numpy as np
+v = int(sys.argv[3]); a = np.fromfile(sys.argv[1], np.float32).reshape(-1, v); b = np.fromfile(sys.argv[2], np.float32).reshape(-1, v)
+ac = a - a.mean(1, keepdims=True); bc = b - b.mean(1, keepdims=True)
+cos = (ac * bc).sum(1) / np.sqrt((ac * ac).sum(1) * (bc * bc).sum(1))
+print(f"{cos.min():.6f} maxabs {np.abs(a - b).max():.3g} argmax {int((a.argmax(1) == b.argmax(1)).sum())}/{len(a)}")'
+row "stories260K --score GPU vs CPU: min cos" "$(python3 -c "$CMP" "$WORK/sg.f32" "$WORK/sc.f32" 512 2>&1)"
+if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" "$WORK/stories.thin" \
+        --ids "1 403 407 261 378" -n 40 -t 0 --device cuda >"$OUTDIR/sanitizer.log" 2>&1
+    rc=$?
+    tail -3 "$OUTDIR/sanitizer.log" | tee -a "$LOG"
+    row "compute-sanitizer memcheck (stories260K)" "$([ $rc = 0 ] && echo clean || echo "rc $rc")"
+fi
+[ "$STAGE" = quick ] && { say "== table"; cat "$TABLE"; exit 0; }
+[ "${SMOLLM3:-1}" = 0 ] && { say "== table"; cat "$TABLE"; exit 0; }
+
+say "== SmolLM3-3B (random) and transformers"
+T0=$(now)
+PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" --transformers-decode 128 >"$WORK/tf.txt" 2>>"$LOG"
+TF=$(awk '/transformers_decode_tok_s/{print $2}' "$WORK/tf.txt")
+say "model + transformers: $(fmt "$(since "$T0")" 1) s"
+row "transformers BF16 decode tok/s (128 tokens)" "${TF:-?}"
+[ -f "$WORK/s3.thin" ] || "$BIN/thin-pack" -q "$WORK/smollm3" --tokenizer fixtures/tokenizer-vectors/ggml-vocab-llama-bpe.gguf -o "$WORK/s3.thin" >>"$LOG" 2>&1
+[ -f "$WORK/s3q.thin" ] || "$BIN/thin-quant" -q --profile quality "$WORK/s3.thin" -o "$WORK/s3q.thin" >>"$LOG" 2>&1 || say "thin-quant failed: FP8 skipped"
+ls -l "$WORK"/*.thin | tee -a "$LOG"
+
+PROMPT16="1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
+python3 -c "print(' '.join(str((i * 7919 + 11) % 128000) for i in range(512)))" >"$WORK/ids512.txt"
+echo "128000 791 6460 315 9822 374 12366 13 578 6864" >"$WORK/ids10.txt"
+for m in s3 s3q; do
+    [ -f "$WORK/$m.thin" ] || continue
+    name=BF16; [ $m = s3q ] && name="FP8 quality"
+    say "-- $name: GPU vs CPU logits over 10 positions"
+    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --score "$WORK/ids10.txt" --out "$WORK/$m-g.f32" --device cuda --ctx 64 2>>"$LOG"
+    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --score "$WORK/ids10.txt" --out "$WORK/$m-c.f32" --device cpu --ctx 64 2>>"$LOG"
+    row "$name --score GPU vs CPU: min cos" "$(python3 -c "$CMP" "$WORK/$m-g.f32" "$WORK/$m-c.f32" 128256 2>&1)"
+    WB=$("$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "1" -n 1 -t 0 --json --device cuda --ctx 64 2>>"$LOG" | python3 -c "import json,sys;print(json.load(sys.stdin)['weight_bytes'])")
+    LIMIT=$(python3 -c "print(f'{float(\"$BW\") * 1e9 / float(\"$WB\"):.0f}')" 2>/dev/null)
+    row "$name weight bytes / token" "$WB"
+    row "$name bandwidth limit tok/s (copy bw / bytes)" "$LIMIT"
+    say "-- $name: decode 128 after 16"
+    for rep in 1 2; do
+        T0=$(now)
+        "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "$PROMPT16" -n 128 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-d$rep.json" 2>>"$LOG"
+        WALL=$(since "$T0")
+    done
+    D=$(jget "$WORK/$m-d2.json" decode_tok_s)
+    row "$name decode tok/s (128 after 16)" "$(fmt "$D" 1) ($(python3 -c "print(f'{100*$D/$LIMIT:.0f}')" 2>/dev/null)% of limit)"
+    row "$name load s / ttft s (after load) / wall s" "$(fmt "$(jget "$WORK/$m-d2.json" load_s)" 2) / $(fmt "$(jget "$WORK/$m-d2.json" ttft_s)" 4) / $(fmt "$WALL" 2)"
+    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids-file "$WORK/ids512.txt" -n 1 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-p.json" 2>>"$LOG"
+    P=$(jget "$WORK/$m-p.json" prefill_tok_s)
+    row "$name prefill tok/s (512 tokens)" "$(fmt "$P" 0)"
+    cat "$WORK/$m-d2.json" | python3 -c "import json,sys;d=json.load(sys.stdin);d.pop('ids',None);d.pop('text',None);print(d)" >>"$LOG" 2>&1
+done
+
+if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+    say "== ncu: matvec and attention kernels (BF16)"
+    ncu --clock-control none -k regex:"matvec_kernel|attn_partial" -s 200 -c 6 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        "$BIN/thin-run" "$WORK/s3.thin" --no-verify --ids "$PROMPT16" -n 8 -t 0 --device cuda --ctx 1024 \
+        >"$OUTDIR/ncu.txt" 2>&1
+    grep -E "matvec_kernel|attn_partial|DRAM Throughput|Memory Throughput|Duration" "$OUTDIR/ncu.txt" | head -40 | tee -a "$LOG"
+fi
+
+say "== table"
+cat "$TABLE"
