@@ -9,9 +9,11 @@
  *   then records    each starts at a 64-byte boundary with a 64-byte record header:
  *                   u32 magic "TREC", u16 type, u16 codec, u32 entry index, u32 chunk index,
  *                   u64 payload offset (absolute), u64 stored size, u64 raw size, u8 sha256[0..15]
- *                   (first half of the chunk's SHA-256 of the raw bytes), reserved, u32 CRC-32C.
- *                   type ENTRY: JSON descriptor of the tensor or blob that follows (one-pass readers).
- *                   type CHUNK: payload at the next 4096-byte boundary (zero padding before it).
+ *                   (first half of the SHA-256 of the stored payload), u8 kind, reserved, u32 CRC-32C.
+ *                   type ENTRY: JSON descriptor of the tensor or blob, then its chunk payloads, each
+ *                   at a 4096-byte boundary (uncompressed ones back to back), then one CHUNK record
+ *                   per chunk (they follow the payloads: a writer that never seeks knows a chunk's
+ *                   hash only after it).
  *                   type MANIFEST: the JSON manifest.
  *   end             trailer, 64 bytes: magic "THNTRAIL", u64 manifest record offset, u64 manifest
  *                   size, u8 digest[32] (whole-file content digest), u32 reserved, u32 CRC-32C.
