@@ -16,6 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
 import report_md  # noqa: E402
 
 
@@ -37,6 +38,7 @@ def speed_plot(plt, m, path):
         return False
     fig, axes = plt.subplots(1, 2, figsize=(max(7, 1.6 * len(rows) * 2), 4.2))
     x = list(range(len(rows)))
+    devices = ", ".join(sorted({s.get("device") or "?" for s in rows}))
     colors = ["#4c72b0" if s["runtime"] == "thin-run" else "#dd8452" for s in rows]
     for ax, key, title in ((axes[0], "decode_tokens_per_s", "decode"),
                            (axes[1], "prefill_tokens_per_s", "prefill")):
@@ -52,7 +54,7 @@ def speed_plot(plt, m, path):
         ax.set_xticks(x)
         ax.set_xticklabels([bar_label(s) for s in rows], fontsize=8)
         ax.set_ylabel("tokens/s")
-        ax.set_title("%s: %s tokens/s (batch 1)" % (m["name"], title), fontsize=10)
+        ax.set_title("%s: %s tokens/s (batch 1, %s)" % (m["name"], title, devices), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

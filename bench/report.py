@@ -26,8 +26,9 @@ import sys
 import tempfile
 import time
 
-import report_logits
-import report_md
+sys.dont_write_bytecode = True
+import report_logits  # noqa: E402
+import report_md  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -103,6 +104,8 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=2, help="timed repetitions, best kept")
     p.add_argument("--bandwidth", type=float, help="device memory bandwidth in GB/s for the limit "
                    "lines (default: measured by torch on the GPU, else none)")
+    p.add_argument("--bandwidth-source", default="given with --bandwidth",
+                   help="how --bandwidth was measured, for the report")
     p.add_argument("--check-targets", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("-q", "--quiet", action="store_true")
     a = p.parse_args(argv)
@@ -211,10 +214,16 @@ def model_specs(args, torch_info):
     return specs, skipped
 
 
+def pack_input(folder):
+    """The folder's model.safetensors when it is the one weights file, else the folder."""
+    f = os.path.join(folder, "model.safetensors")
+    return f if os.path.isfile(f) else folder
+
+
 def make_profiles(run, args, spec, work):
     """Packs and quantizes; returns {profile: info} with paths, sizes and commands."""
     b = args.bin
-    key, src = spec["key"], spec["source"]
+    key, src = spec["key"], pack_input(spec["source"])
     path = {p: os.path.join(work, "%s-%s.thin" % (key, p)) for p in spec["profiles"]}
     base = path[spec["native"]]
     cmds = {}
@@ -509,7 +518,7 @@ def measure_all(args, torch_info, gpu, work):
             rep["skipped"].append({"model": spec["name"], "why": "failed: %s" % e})
     if args.bandwidth:
         rep["bandwidth_bytes_per_s"] = args.bandwidth * 1e9
-        rep["bandwidth_source"] = "given with --bandwidth"
+        rep["bandwidth_source"] = args.bandwidth_source
     else:
         bws = [m["device_copy_bytes_per_s"] for m in rep["models"]
                if m.get("device_copy_bytes_per_s")]

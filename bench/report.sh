@@ -6,6 +6,8 @@
 # OUTDIR defaults to $OUT when set, else ./report-out; report.md, report.json, report.log and the
 # plots go there. Environment:
 #   BIN          thin-* tools folder (default build/bin)
+#   B            build folder, for the copy-bandwidth probe tests/cuda/test_copy_bandwidth
+#                (default build); without it, torch times the copy
 #   PYTHON       python with torch/transformers for the reference (default python3)
 #   SMOLLM3_DIR  an existing SmolLM3 SafeTensors folder; otherwise, with torch and a GPU, one is
 #                made by bench/make-smollm3.py in the work folder and deleted at the end
@@ -20,8 +22,10 @@ esac
 REPORT_COMMAND="bench/report.sh $OUTDIR${*:+ $*}"
 export REPORT_COMMAND
 BIN=${BIN:-build/bin}
+B=${B:-build}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUTDIR"
+[ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [ -n "${WORK:-}" ]; then
     mkdir -p "$WORK"
@@ -52,6 +56,11 @@ elif [ -z "$smollm3" ]; then
 fi
 
 set -- --bin "$BIN" --out "$OUTDIR" --work "$WORK/run" --python "$PYTHON" "$@"
+if [ "$gpu" = 1 ] && [ -x "$B/tests/cuda/test_copy_bandwidth" ]; then
+    bw=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/^copy_bandwidth_GBps /{print $2}')
+    if [ -n "$bw" ]; then set -- --bandwidth "$bw" --bandwidth-source \
+        "device-to-device copy, read + write bytes ($B/tests/cuda/test_copy_bandwidth)" "$@"; fi
+fi
 if [ -n "$smollm3" ]; then set -- --smollm3 "$smollm3" "$@"; fi
 rc=0
 "$PYTHON" bench/report.py "$@" || rc=$?

@@ -5,9 +5,6 @@
 set -eu
 R=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
-for t in thin-pack thin-quant thin-run thin-compare; do
-    if [ ! -f "$R/tools/$t/main.c" ]; then echo "SKIP: tools/$t/main.c not written yet"; exit 0; fi
-done
 
 "$PY" "$R/bench/report.py" --bin "$BIN" --fixtures "$FIX" --out "$T/out" --work "$T/work" \
     --device cpu --models stories260k --no-torch --prompt-len 8 --decode-tokens 16 \
