@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -176,6 +177,108 @@ static void test_malformed_leaves_nothing(void **state)
     (void)state;
 }
 
+/* Writes tensors [from, to) of h (sorted by offset) as a SafeTensors file. */
+static void write_shard(const char *path, const st_header *h, const uint8_t *data, size_t from,
+                        size_t to)
+{
+    json_t *hdr = json_object();
+    uint64_t off = 0;
+    for (size_t i = from; i < to; i++) {
+        const st_tensor *t = &h->tensors[i];
+        json_t *shape = json_array();
+        for (uint32_t k = 0; k < t->rank; k++)
+            json_array_append_new(shape, json_integer((json_int_t)t->shape[k]));
+        json_object_set_new(hdr, t->name,
+                            json_pack("{ss so s[II]}", "dtype", thin_dtype_name(t->dtype),
+                                      "shape", shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + t->end - t->begin)));
+        off += t->end - t->begin;
+    }
+    char *text = json_dumps(hdr, JSON_COMPACT);
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(len, 1, 8, f);
+    fwrite(text, 1, n, f);
+    for (size_t i = n; i < padded; i++)
+        fputc(' ', f);
+    for (size_t i = from; i < to; i++)
+        fwrite(data + h->tensors[i].begin, 1, h->tensors[i].end - h->tensors[i].begin, f);
+    fclose(f);
+    free(text);
+    json_decref(hdr);
+}
+
+/* A folder with model.safetensors split in two shards and an index; `wrong` misplaces one. */
+static void make_sharded(const char *dir, int wrong, int with_index)
+{
+    char in[600], path[700];
+    source_map src;
+    st_header h;
+    char err[512];
+    snprintf(in, sizeof in, "%s/model.safetensors", fix);
+    assert_int_equal(source_map_open(&src, in, err, sizeof err), 0);
+    assert_int_equal(st_parse_memory(src.data, src.size, in, &h, err, sizeof err), 0);
+    mkdir(dir, 0755);
+    size_t half = h.n_tensors / 2;
+    const uint8_t *data = src.data + h.data_start;
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    write_shard(path, &h, data, 0, half + (with_index ? 0 : 1)); /* no index: one duplicate */
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    write_shard(path, &h, data, half, h.n_tensors);
+    json_t *wm = json_object();
+    for (size_t i = 0; i < h.n_tensors; i++)
+        json_object_set_new(wm, h.tensors[i].name,
+                            json_string(i < half ? "model-00001-of-00002.safetensors"
+                                                 : "model-00002-of-00002.safetensors"));
+    if (wrong)
+        json_object_set_new(wm, h.tensors[0].name, json_string("model-00002-of-00002.safetensors"));
+    json_t *idx = json_pack("{s{sI} so}", "metadata", "total_size", (json_int_t)h.data_size,
+                            "weight_map", wm);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (with_index)
+        assert_int_equal(json_dump_file(idx, path, 0), 0);
+    json_decref(idx);
+    char cmd[1800];
+    snprintf(cmd, sizeof cmd, "cp '%s/config.json' '%s/tokenizer.json' '%s/'", fix, fix, dir);
+    assert_int_equal(system(cmd), 0);
+    st_header_free(&h);
+    source_map_close(&src);
+}
+
+static void test_sharded_index_and_folder(void **state)
+{
+    char dir[300], in[600], out[300], idx[400];
+    snprintf(dir, sizeof dir, "%s/sharded", tmpdir);
+    make_sharded(dir, 0, 1);
+    snprintf(in, sizeof in, "%s/model.safetensors", fix);
+    snprintf(out, sizeof out, "%s/sharded.thin", tmpdir);
+    assert_int_equal(pack(dir, out, 0, THIN_CODEC_NONE), 0);
+    compare(in, out, in);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(pack(idx, out, 0, THIN_CODEC_NONE), 0);
+    compare(in, out, in);
+    (void)state;
+}
+
+static void test_sharded_errors(void **state)
+{
+    char dir[300], out[300];
+    snprintf(out, sizeof out, "%s/bad-shards.thin", tmpdir);
+    snprintf(dir, sizeof dir, "%s/wrong-index", tmpdir);
+    make_sharded(dir, 1, 1);
+    assert_int_equal(pack(dir, out, 0, THIN_CODEC_NONE), 1);
+    assert_int_not_equal(access(out, F_OK), 0);
+    snprintf(dir, sizeof dir, "%s/duplicate", tmpdir);
+    make_sharded(dir, 0, 0);
+    assert_int_equal(pack(dir, out, 0, THIN_CODEC_NONE), 1);
+    assert_int_not_equal(access(out, F_OK), 0);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +287,8 @@ int main(void)
         cmocka_unit_test(test_convert_to_bf16_matches_reference),
         cmocka_unit_test(test_roles_sections_and_tied_head),
         cmocka_unit_test(test_malformed_leaves_nothing),
+        cmocka_unit_test(test_sharded_index_and_folder),
+        cmocka_unit_test(test_sharded_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
