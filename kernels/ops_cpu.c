@@ -141,7 +141,9 @@ static inline __m256 load8(const void *w, thin_dtype dt, uint64_t c) {
     }
 }
 
-static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
+/* Always inlined so that each call below, with a constant dtype, gets its own loop. */
+static inline __attribute__((always_inline)) float dot_row_t(const void *row, thin_dtype dt,
+                                                              const float *x, uint64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     uint64_t c = 0;
     for (; c + 16 <= n; c += 16) {
@@ -162,6 +164,15 @@ static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n)
         s += wv * k * x[c];
     }
     return s;
+}
+
+static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
+    switch (dt) {
+    case THIN_DTYPE_F32: return dot_row_t(row, THIN_DTYPE_F32, x, n);
+    case THIN_DTYPE_BF16: return dot_row_t(row, THIN_DTYPE_BF16, x, n);
+    case THIN_DTYPE_F16: return dot_row_t(row, THIN_DTYPE_F16, x, n);
+    default: return dot_row_t(row, THIN_DTYPE_F8_E4M3, x, n);
+    }
 }
 #else
 static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {

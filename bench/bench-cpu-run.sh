@@ -1,0 +1,109 @@
+#!/bin/sh
+# bench-cpu-run.sh — CPU decode speed of thin-run on a Llama-shaped model with random BF16
+# weights (about 0.8 GiB), next to the machine's memcpy bandwidth.
+#
+#   sh bench/bench-cpu-run.sh [BIN_DIR]      (default build/bin; needs python3 and cc)
+#
+# Decode on a CPU is bound by reading every weight once per token, so the effective bandwidth
+# (weight bytes × tokens/s) is compared with what memcpy reaches. Files go to a temporary folder
+# under ${TMPDIR:-/tmp} and are deleted afterwards.
+set -e
+BIN=${1:-build/bin}
+W=$(mktemp -d "${TMPDIR:-/tmp}/thin-bench.XXXXXX")
+trap 'rm -rf "$W"' EXIT INT TERM
+TOKENS=${TOKENS:-48}
+
+# ---- model: config.json + model.safetensors (BF16 values in [-0.05, 0.05]) ----
+python3 - "$W" <<'PY'
+import json, os, random, struct, sys
+d = sys.argv[1]
+H, F, L, NH, NKV, HD, V = 2048, 5632, 8, 16, 4, 128, 32000
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+       "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": NH,
+       "num_key_value_heads": NKV, "head_dim": HD, "vocab_size": V,
+       "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+       "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+       "torch_dtype": "bfloat16"}
+json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+for l in range(L):
+    p = "model.layers.%d." % l
+    shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                   p + "self_attn.q_proj.weight": [NH * HD, H],
+                   p + "self_attn.k_proj.weight": [NKV * HD, H],
+                   p + "self_attn.v_proj.weight": [NKV * HD, H],
+                   p + "self_attn.o_proj.weight": [H, NH * HD],
+                   p + "mlp.gate_proj.weight": [F, H], p + "mlp.up_proj.weight": [F, H],
+                   p + "mlp.down_proj.weight": [H, F]})
+rnd = random.Random(1)
+block = b"".join(struct.pack("<f", rnd.uniform(-0.05, 0.05))[2:] for _ in range(1 << 19))
+ones = struct.pack("<f", 1.0)[2:] * H
+header, off = {}, 0
+for name in sorted(shapes):
+    n = 1
+    for s in shapes[name]: n *= s
+    header[name] = {"dtype": "BF16", "shape": shapes[name], "data_offsets": [off, off + 2 * n]}
+    off += 2 * n
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(os.path.join(d, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for name in sorted(shapes):
+        nb = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+        if len(shapes[name]) == 1:
+            f.write(ones)
+            continue
+        while nb > 0:
+            f.write(block[:min(nb, len(block))])
+            nb -= len(block)
+PY
+"$BIN/thin-pack" -q "$W/model.safetensors" -o "$W/m.thin"
+rm -f "$W/model.safetensors"
+
+# ---- memcpy bandwidth ----
+cat > "$W/memcpy.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+int main(void) {
+    size_t n = (size_t)512 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) return 1;
+    memset(a, 1, n); memset(b, 2, n);
+    double best = 0;
+    for (int i = 0; i < 5; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        memcpy(i & 1 ? a : b, i & 1 ? b : a, n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (n / s > best) best = n / s;
+    }
+    printf("%.2f\n", best / 1e9 + (a[7] + b[9]) * 0.0);
+    return 0;
+}
+C
+cc -O2 -o "$W/memcpy" "$W/memcpy.c"
+MEMCPY=$("$W/memcpy")
+
+# ---- decode runs ----
+echo "model: Llama-shaped, 8 layers, hidden 2048, ffn 5632, vocab 32000, BF16, tied embeddings"
+echo "memcpy: $MEMCPY GB/s copied (reads + writes = twice that in traffic)"
+printf '%-8s %-8s %12s %12s %10s %14s\n' threads kv decode_tok/s weights_GB load_s effective_GB/s
+for th in 1 2; do
+    for kv in bf16 f32; do
+        "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --kv-dtype $kv \
+            --ids "1 100 200 300" -t 0 -n "$TOKENS" --json > "$W/r.json"
+        python3 - "$W/r.json" $th $kv <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+gb = r["weight_bytes"] / 1e9
+print("%-8s %-8s %12.2f %12.3f %10.2f %14.2f" % (sys.argv[2], sys.argv[3], r["decode_tok_s"], gb,
+      r["load_s"], gb * r["decode_tok_s"]))
+PY
+    done
+done
+# verify-on-load cost (thin-run's default)
+"$BIN/thin-run" "$W/m.thin" --device cpu --ids 1 -n 1 -t 0 --json > "$W/r.json"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('load with --verify: %.2f s' % r['load_s'])" "$W/r.json"
