@@ -264,6 +264,42 @@ static void test_bf16_conversion(void **state)
     free(d);
 }
 
+/* With scale 1 (row maximum 448) the codes are exactly thin_f32_to_e4m3 of the values: every
+ * representable value, every midpoint and its neighbours, random values, subnormals, zeros. */
+static void test_codes_match_reference(void **state)
+{
+    enum { COLS = 4096 };
+    float *w = malloc(COLS * sizeof *w);
+    uint8_t *q = malloc(COLS);
+    float s;
+    size_t k = 0;
+    w[k++] = 448.0f;
+    for (unsigned c = 0; c < 0x7f; c++) {
+        float a = thin_e4m3_to_f32((uint8_t)c), b = thin_e4m3_to_f32((uint8_t)(c + 1));
+        float mid = (a + b) / 2;
+        w[k++] = a;
+        w[k++] = -a;
+        if (c + 1 < 0x7f) {
+            w[k++] = mid;
+            w[k++] = -nextafterf(mid, 0);
+            w[k++] = nextafterf(mid, INFINITY);
+        }
+    }
+    w[k++] = -0.0f;
+    w[k++] = 1e-30f;
+    w[k++] = -0x1p-10f;
+    w[k++] = 0x1.8p-10f;
+    while (k < COLS)
+        w[k++] = (float)((uniform() * 2 - 1) * ldexp(1.0, (int)(uniform() * 20) - 11));
+    assert_int_equal(tq_quantize_rows(w, THIN_DTYPE_F32, 1, COLS, q, &s, 1, NULL, NULL), TQ_OK);
+    assert_true(s == 1.0f);
+    for (size_t j = 0; j < COLS; j++)
+        if (q[j] != thin_f32_to_e4m3(w[j]))
+            fail_msg("%a: code 0x%x, reference 0x%x", (double)w[j], q[j], thin_f32_to_e4m3(w[j]));
+    free(w);
+    free(q);
+}
+
 static void test_stats_helpers(void **state)
 {
     tq_stats a = {4, 4, 1, 3.5, 0.5, 2}, b = {0};
@@ -289,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_across_threads),
         cmocka_unit_test(test_half_sources_match_f32),
         cmocka_unit_test(test_bf16_conversion),
+        cmocka_unit_test(test_codes_match_reference),
         cmocka_unit_test(test_stats_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

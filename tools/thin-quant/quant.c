@@ -106,7 +106,6 @@ typedef struct rows_ctx {
     tq_stats *row_stats;   /* [rows] */
     size_t *row_bad;       /* [rows]: index of the first non-finite element in the row, or SIZE_MAX */
     int nomem;
-    float lut[256];        /* E4M3 code -> value */
 } rows_ctx;
 
 /* Largest magnitude of x[0..n); sets *bad to the first non-finite index, or SIZE_MAX. */
@@ -129,21 +128,98 @@ static float row_amax(const float *x, size_t n, size_t *bad)
     return amax;
 }
 
-/* Encodes one row and gathers its statistics. */
-static void row_encode(const rows_ctx *c, const float *x, size_t n, float scale, uint8_t *q,
-                       tq_stats *st)
+static inline uint32_t bits_of(float f)
 {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* E4M3 code of a finite v (saturated to ±448), and the code's value in *value: the same result as
+ * thin_f32_to_e4m3 (round to nearest even; the tests compare them), but branch-free so that the
+ * loop over a row vectorises. Normal range: round the F32 significand to 3 bits in place (a carry
+ * moves into the exponent). Subnormal range (|v| < 2^-6): round |v| * 2^9 to an integer 0..8, 8
+ * being the smallest normal code, by adding and subtracting 2^23 in round-to-nearest-even. */
+static inline uint8_t e4m3_encode_fast(float v, float *value)
+{
+    uint32_t u = bits_of(v), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    a = a < 0x43e00000u ? a : 0x43e00000u; /* saturate at 448 */
+    uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) & 0xfff00000u;
+    uint32_t normal_code = (r >> 20) - (120u << 3);
+    float sub = (float_of(a) * 512.0f + 0x1p23f) - 0x1p23f;
+    uint32_t sub_code = (uint32_t)(int32_t)sub, sub_bits = bits_of(sub * 0x1p-9f);
+    uint32_t normal = 0u - (uint32_t)(a >= 0x3c800000u); /* all ones when |v| >= 2^-6 */
+    uint32_t code = (normal_code & normal) | (sub_code & ~normal);
+    *value = float_of(((r & normal) | (sub_bits & ~normal)) | sign);
+    return (uint8_t)(code | (sign >> 24));
+}
+
+static inline uint8_t encode_one(float x, float scale, float *value)
+{
+    return e4m3_encode_fast(x / scale, value);
+}
+
+/* Loops run in groups of a fixed size, which the compiler vectorises, then a scalar tail. */
+enum { GROUP = 16, LANES = 8 };
+
+/* q[j] = code of x[j] / scale; d[j] = the code's value times the scale (the dequantized value). */
+static void row_codes(const float *restrict x, size_t n, float scale, uint8_t *restrict q,
+                      float *restrict d)
+{
+    size_t j = 0;
+    for (; j + GROUP <= n; j += GROUP)
+        for (size_t k = 0; k < GROUP; k++) {
+            float value;
+            q[j + k] = encode_one(x[j + k], scale, &value);
+            d[j + k] = value * scale;
+        }
+    for (; j < n; j++) {
+        float value;
+        q[j] = encode_one(x[j], scale, &value);
+        d[j] = value * scale;
+    }
+}
+
+/* Statistics of d against x over n elements, in LANES independent partial sums added in a fixed
+ * order (so the compiler may vectorise across lanes without changing the result). */
+static void row_stats(const float *x, const float *d, size_t n, tq_stats *st)
+{
+    double src[LANES] = {0}, deq[LANES] = {0}, err[LANES] = {0}, dot[LANES] = {0};
+    float mx[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t k = 0; k < LANES; k++) {
+            double w = x[j + k], v = d[j + k], e = v - w;
+            float ae = fabsf(d[j + k] - x[j + k]);
+            src[k] += w * w;
+            deq[k] += v * v;
+            err[k] += e * e;
+            dot[k] += w * v;
+            mx[k] = ae > mx[k] ? ae : mx[k];
+        }
+    for (; j < n; j++) {
+        double w = x[j], v = d[j], e = v - w;
+        float ae = fabsf(d[j] - x[j]);
+        src[0] += w * w;
+        deq[0] += v * v;
+        err[0] += e * e;
+        dot[0] += w * v;
+        mx[0] = ae > mx[0] ? ae : mx[0];
+    }
     tq_stats s = {0};
-    for (size_t j = 0; j < n; j++) {
-        uint8_t code = thin_f32_to_e4m3(x[j] / scale);
-        q[j] = code;
-        double w = x[j], d = (double)(c->lut[code] * scale), e = fabs(d - w);
-        s.sum_sq_src += w * w;
-        s.sum_sq_deq += d * d;
-        s.sum_sq_err += e * e;
-        s.dot += w * d;
-        if (e > s.max_abs_err)
-            s.max_abs_err = e;
+    for (size_t k = 0; k < LANES; k++) {
+        s.sum_sq_src += src[k];
+        s.sum_sq_deq += deq[k];
+        s.sum_sq_err += err[k];
+        s.dot += dot[k];
+        s.max_abs_err = mx[k] > s.max_abs_err ? mx[k] : s.max_abs_err;
     }
     s.count = n;
     *st = s;
@@ -152,7 +228,7 @@ static void row_encode(const rows_ctx *c, const float *x, size_t n, float scale,
 static void rows_worker(void *ctx, size_t begin, size_t end)
 {
     rows_ctx *c = ctx;
-    float *x = malloc(c->cols * sizeof *x + 1);
+    float *x = malloc(2 * c->cols * sizeof *x + 1), *d = x ? x + c->cols : NULL;
     if (!x) {
         __atomic_store_n(&c->nomem, 1, __ATOMIC_RELAXED);
         return;
@@ -164,7 +240,8 @@ static void rows_worker(void *ctx, size_t begin, size_t end)
             continue;
         float scale = tq_row_scale(amax);
         c->scales[r] = scale;
-        row_encode(c, x, c->cols, scale, c->q + r * c->cols, &c->row_stats[r]);
+        row_codes(x, c->cols, scale, c->q + r * c->cols, d);
+        row_stats(x, d, c->cols, &c->row_stats[r]);
     }
     free(x);
 }
@@ -190,8 +267,6 @@ tq_result tq_quantize_rows(const void *src, thin_dtype src_type, size_t rows, si
     *c = (rows_ctx){.src = src, .src_type = src_type, .cols = cols,
                     .src_row_bytes = cols * thin_dtype_size(src_type), .q = q, .scales = scales,
                     .row_stats = rs, .row_bad = rb};
-    for (unsigned i = 0; i < 256; i++)
-        c->lut[i] = thin_e4m3_to_f32((uint8_t)i);
     parallel_for(rows, threads ? threads : 1, rows_worker, c);
     if (c->nomem)
         goto out;
