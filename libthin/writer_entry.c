@@ -21,9 +21,10 @@ static thin_status begin_entry(thin_writer *w, json_t *d, int blob, uint64_t dat
     const char *name = json_string_value(json_object_get(d, "name"));
     int r = thin_names_insert(&w->names, name, 0, NULL);
     if (r != 0) {
+        thin_status s = r < 0 ? thin_writer_fail(w, THIN_E_NOMEM, "out of memory")
+                              : thin_writer_fail(w, THIN_E_INVALID_ARG, "duplicate name '%s'", name);
         json_decref(d);
-        return r < 0 ? thin_writer_fail(w, THIN_E_NOMEM, "out of memory")
-                     : thin_writer_fail(w, THIN_E_INVALID_ARG, "duplicate name '%s'", name);
+        return s;
     }
     w->cur = d; /* owns the name the index borrows */
     w->cur_blob = blob;

@@ -97,6 +97,14 @@ static void test_unwritable_directory(void **state)
     w = thin_writer_new();
     assert_int_equal(thin_writer_open(w, "/nonexistent-dir/x.thin", NULL), THIN_E_IO);
     thin_writer_free(w);
+    char *file = tu_path(f->dir, "plain"), *under = tu_path(file, "x.thin");
+    assert_int_equal(tu_write_file(file, "x", 1), 0); /* a parent that is not a folder */
+    w = thin_writer_new();
+    assert_int_equal(thin_writer_open(w, under, NULL), THIN_E_IO);
+    thin_writer_free(w);
+    assert_int_equal(tu_count_entries(f->dir), 2);
+    free(file);
+    free(under);
     rmdir(ro);
     free(ro);
     free(p);
