@@ -208,7 +208,7 @@ static thin_status map_fd(thin_file *f, int fd, uint32_t flags)
     if (!S_ISREG(st.st_mode) || (flags & THIN_OPEN_NO_MMAP) || st.st_size == 0) return read_all(f, fd);
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) return thin_errf(f->err, f->label, THIN_E_IO, "mmap: %s", strerror(errno));
-    madvise(m, (size_t)st.st_size, MADV_WILLNEED);
+    /* No read-ahead hint here: opening touches only headers; thin_file_verify asks for it. */
     f->map = m;
     f->base = m;
     f->size = (uint64_t)st.st_size;

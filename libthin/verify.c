@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zstd.h>
 
 #include "file_private.h"
@@ -131,6 +132,7 @@ thin_status thin_file_verify(thin_file *f, unsigned threads, thin_progress_fn pr
                              " is not zero", (unsigned long long)p->offset,
                              (unsigned long long)p->len);
     }
+    if (f->map) madvise(f->map, f->size, MADV_WILLNEED); /* every byte is read next */
     thin_status s = verify_chunks(f, threads, progress, user);
     return s ? s : verify_digest(f);
 }
