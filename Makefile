@@ -195,10 +195,17 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize
 FUZZ_LIBSRC := $(LIB_SRC) $(COMMON_SRC) $(KERN_SRC) $(call tool_src,thin-pack) \
                $(call tool_src,thin-run) $(call tool_src,thin-quant)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
-build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIBSRC)
+# The library sources are compiled once (instrumented, without libFuzzer's main) for all targets.
+FUZZ_OBJ  := $(patsubst %.c,build-fuzz/obj/%.o,$(FUZZ_LIBSRC))
+.SECONDARY: $(FUZZ_OBJ)
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)clang $(subst fuzzer,fuzzer-no-link,$(FUZZ_CFLAGS)) -MMD -MP -c $< -o $@
+build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  FUZZ    $@")
-	$(Q)clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIBSRC) $(PACK_LIBS) $(RUN_LIBS) $(LIBS)
+	$(Q)clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_OBJ) $(PACK_LIBS) $(RUN_LIBS) $(LIBS)
 fuzz: $(FUZZ_BINS)
 	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run-fuzz.sh $(FUZZ_BINS)
 
@@ -222,3 +229,4 @@ clean:
 	rm -rf build build-san build-fuzz
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find build-fuzz/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,52 @@
+#!/bin/sh
+# Regenerates the seed corpora in tests/fuzz/corpus/<target>/ from the fixtures and a tiny
+# synthetic model (tiny_model.py), with the tools of a normal build (B, default build).
+# Run from the repository root after `make`. Seeds stay small (about 100 KB per target).
+set -eu
+B=${B:-build}
+C=tests/fuzz/corpus
+W=$(mktemp -d "${TMPDIR:-/tmp}/thin-corpus.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+S=fixtures/stories260k
+for t in thin_open thin_stream safetensors arch tok_hf tok_gguf quant_input plan; do
+    rm -rf "$C/fuzz_$t"; mkdir -p "$C/fuzz_$t"
+done
+
+# .thin seeds: a one-layer model with a tape (vocab 64, no tokenizer), F32 and zstd, and FP8.
+python3 tests/fuzz/tiny_model.py "$W/m" --hidden 8 --vocab 64 --inter 16 --no-tokenizer
+"$B/bin/thin-pack" -q --chunk-size 4K "$W/m" -o "$W/f32.thin"
+"$B/bin/thin-pack" -q --chunk-size 4K --compress zstd "$W/m" -o "$W/zstd.thin"
+"$B/bin/thin-quant" -q -p fp8-all "$W/f32.thin" -o "$W/fp8.thin"
+cp "$W/zstd.thin" "$C/fuzz_thin_open/tiny-zstd.thin"
+cp "$W/fp8.thin" "$C/fuzz_thin_open/tiny-fp8.thin"
+cp "$W/f32.thin" "$C/fuzz_thin_stream/tiny-f32.thin"
+cp "$W/zstd.thin" "$C/fuzz_thin_stream/tiny-zstd.thin"
+cp "$W/f32.thin" "$C/fuzz_quant_input/tiny-f32.thin"
+
+cp "$W/fp8.thin" "$C/fuzz_plan/tiny-fp8.thin"
+
+# SafeTensors: the tiny model and the small malformed fixtures.
+cp "$W/m/model.safetensors" "$C/fuzz_safetensors/tiny.safetensors"
+for f in fixtures/malformed/*.safetensors; do
+    [ "$(wc -c <"$f")" -le 4096 ] && cp "$f" "$C/fuzz_safetensors/"
+done
+
+# config.json, NUL, then the tensors as a SafeTensors header (name -> shape).
+header() { python3 -c 'import json,struct,sys
+d=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",d[:8])[0]
+sys.stdout.write(json.dumps(json.loads(d[8:8+n]),separators=(",",":")))' "$1"; }
+{ cat "$S/config.json"; printf '\0'; header "$S/model.safetensors"; } >"$C/fuzz_arch/stories"
+{ cat "$W/m/config.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/tiny"
+sed 's/LlamaForCausalLM/Qwen3ForCausalLM/' "$W/m/config.json" >"$W/qwen3.json"
+{ cat "$W/qwen3.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/qwen3"
+sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/; s/"tie_word_embeddings"/"no_rope_layers": [1], "tie_word_embeddings"/' \
+    "$W/m/config.json" >"$C/fuzz_arch/smollm3"
+
+# tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
+{ cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
+python3 tests/fuzz/tiny_tokenizers.py hf-bytelevel >"$C/fuzz_tok_hf/bytelevel"
+
+# GGUF vocabularies: SentencePiece (the stories260K vocabulary) and GPT-2 style byte-level BPE.
+python3 tests/fuzz/tiny_tokenizers.py gguf-llama "$S/tokenizer.json" >"$C/fuzz_tok_gguf/llama.gguf"
+python3 tests/fuzz/tiny_tokenizers.py gguf-gpt2 >"$C/fuzz_tok_gguf/gpt2.gguf"
+du -sh "$C"/*
