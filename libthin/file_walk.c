@@ -25,7 +25,8 @@ static thin_status add_pad(thin_file *f, uint64_t from, uint64_t to)
 static const char *kind_name(const thin_entry *e) { return e->is_blob ? "blob" : "tensor"; }
 
 /* The ENTRY record at pos: returns the entry number in *k and the end of its descriptor. */
-static thin_status walk_entry(thin_file *f, uint64_t pos, uint8_t *seen, uint32_t *k, uint64_t *end)
+static thin_status walk_entry(thin_file *f, uint64_t pos, uint8_t *seen, uint32_t kind_next[2],
+                              uint32_t *k, uint64_t *end)
 {
     const char *why = NULL;
     thin_record r;
@@ -33,9 +34,10 @@ static thin_status walk_entry(thin_file *f, uint64_t pos, uint8_t *seen, uint32_
     thin_status s = thin_record_decode(f->base + pos, &r, &why);
     if (s) return thin_errf(f->err, f->label, s, "offset %llu: %s", (unsigned long long)pos, why);
     int64_t n = r.type == THIN_REC_ENTRY ? thin_layout_entry(&f->L, r.kind, r.entry) : -1;
-    if (n < 0 || seen[n])
+    if (n < 0 || seen[n] || r.entry != kind_next[r.kind])
         return thin_errf(f->err, f->label, THIN_E_BAD_RECORD, "offset %llu: expected the ENTRY "
-                         "record of an entry not seen yet", (unsigned long long)pos);
+                         "record of the next entry in manifest order", (unsigned long long)pos);
+    kind_next[r.kind]++;
     thin_entry *e = &f->L.entries[n];
     seen[n] = 1;
     if (r.codec || r.offset != pos + 64 || r.stored != r.raw || r.stored > THIN_MAX_DESCRIPTOR ||
@@ -105,13 +107,14 @@ static thin_status walk_records(thin_file *f, uint8_t *seen)
 {
     uint64_t pos = THIN_HEADER_SIZE, limit = f->trailer.manifest_offset;
     size_t nf = 0;
+    uint32_t kind_next[2] = {0, 0};
     thin_status s = THIN_OK;
     while (!s && pos < limit) {
         uint32_t k = 0;
         uint64_t end = 0;
         if (limit - pos < 64)
             return thin_errf(f->err, f->label, THIN_E_BAD_RECORD, "record overlaps the manifest");
-        if ((s = walk_entry(f, pos, seen, &k, &end))) return s;
+        if ((s = walk_entry(f, pos, seen, kind_next, &k, &end))) return s;
         uint32_t n = f->L.entries[k].info.n_chunks;
         if (n == 0) {
             pos = thin_align_up(end, 64);

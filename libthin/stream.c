@@ -273,7 +273,10 @@ thin_status thin_stream_read(thin_stream *s, void *buf, size_t cap, size_t *got)
     *got = 0;
     if (s->state == S_ITEM_DONE) return THIN_OK;
     if (s->state == S_FAILED) return THIN_E_STATE;
-    if (s->state != S_ITEM) return thin_stream_fail(s, THIN_E_STATE, "no current item");
+    if (s->state != S_ITEM) {
+        thin_errf(s->err, s->label, THIN_E_STATE, "no current item"); /* the stream stays usable */
+        return THIN_E_STATE;
+    }
     while (*got == 0) {
         if (s->cj == s->cur.info.n_chunks) return end_item(s);
         thin_status st = chunk_step(s, buf, cap, got);
