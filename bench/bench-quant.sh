@@ -7,7 +7,8 @@
 # of about SIZE_GIB (hidden 2048, FFN 8192; layers added until the size is reached), then times:
 # cat (page cache warm), thin-quant fp8-all file -> file, quality file -> file, fp8-all through a
 # pipe, and the bf16 profile (a plain copy of BF16 data). Prints a Markdown table of GB/s
-# (input bytes / wall seconds); the /dev/null row leaves out the output disk writes and fsync. Everything it writes is removed at the end.
+# (input bytes / wall seconds); the /dev/null row leaves out the output disk writes and fsync.
+# Everything it writes is removed at the end.
 set -eu
 SIZE=${1:-2}
 DIR=${2:-${TMPDIR:-/tmp}}
