@@ -434,7 +434,8 @@ def measure_refs(run, args, spec, m, ids_path, speed_ids_path, work):
         refs.append((name, out, i == 0, None))
         if timed:
             sp = doc["speed"]
-            row = {"runtime": "transformers", "profile": dt, "device": doc.get("device"),
+            row = {"runtime": "transformers", "profile": "f32" if dt == "float32" else "bf16",
+                   "device": doc.get("device"),
                    "file_bytes": m["source_bytes"], "load_s": doc.get("load_s"),
                    "prefill_tokens_per_s": sp["prefill_tokens_per_s"],
                    "decode_tokens_per_s": sp["decode_tokens_per_s"], "ttft_s": sp.get("ttft_s"),
