@@ -5,9 +5,9 @@ it runs, and writes report.json and report.md.
 For each model: packs the SafeTensors folder (thin-pack), makes the profiles (thin-pack --dtype
 bf16, thin-quant --profile quality|fp8-all), scores a fixed id sequence teacher-forced with every
 profile (thin-run --score), compares the logits with the reference (thin-compare --json), and
-times prefill and decode (thin-run --json). With torch and transformers present, the reference is transformers
-on the same folder (bench/ref-logits.py), which is timed too; without them, the reference is the
-thin-run profile of the model's own dtype, and SmolLM3 is skipped unless a folder is given.
+times prefill and decode (thin-run --json). With torch and transformers present, the reference is
+transformers on the same folder (bench/ref-logits.py), which is timed too; without them, the
+reference is the thin-run profile of the model's own dtype. SmolLM3 needs --smollm3 DIR and a GPU.
 
 Standard library only (torch is used through bench/ref-logits.py, in a child process).
 Exit status: 0 all measurements ran (targets may still fail: see --check-targets), 1 a measurement
@@ -86,6 +86,8 @@ def parse_args(argv):
                    help="comma list: stories260k, smollm3")
     p.add_argument("--smollm3", help="SmolLM3 SafeTensors folder (made by bench/make-smollm3.py)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--smollm3-on-cpu", action="store_true", help="run the --smollm3 folder even "
+                   "on the CPU backend (for small stand-ins: the 3B model is far too slow there)")
     p.add_argument("--score-kv-dtype", default="f32", help="thin-run --kv-dtype when scoring "
                    "(default f32, so that the weights alone make the difference; '' = thin-run's "
                    "default)")
@@ -185,29 +187,34 @@ def model_specs(args, torch_info):
     fix = args.fixtures
     if "stories260k" in args.models:
         src = os.path.join(fix, "stories260k")
-        seq = open(os.path.join(src, "golden", "once_upon_a_time.ids")).read().split("\n")
+        with open(os.path.join(src, "golden", "once_upon_a_time.ids"), encoding="ascii") as f:
+            seq = f.read().split("\n")
         ids = [int(t) for t in next(s for s in seq if s.startswith("sequence ")).split()[1:]]
         specs.append({
             "key": "stories260k", "name": "stories260K", "source": src, "native": "f32",
             "profiles": ["f32", "bf16", "quality", "fp8-all"], "ids": ids[:200],
             "ids_what": "the golden `once_upon_a_time` sequence, 200 positions",
             "golden": os.path.join(src, "golden", "once_upon_a_time.logits_all.f32"),
-            "refs": ["float32", "bfloat16"], "speed_ref": "float32"})
+            "refs": ["float32", "bfloat16"], "speed_ref": "float32", "pack_extra": []})
     if "smollm3" in args.models:
         src = args.smollm3
         if not src or not os.path.isfile(os.path.join(src, "config.json")):
             skipped.append({"model": "SmolLM3-3B", "why": "no SmolLM3 folder (make it with "
                             "bench/make-smollm3.py on a GPU machine with torch)"})
-        elif args.device != "cuda":
+        elif args.device != "cuda" and not args.smollm3_on_cpu:
             skipped.append({"model": "SmolLM3-3B", "why": "no GPU: the 3B model is not run on "
                             "the CPU backend here"})
         else:
             refs = ["bfloat16"] + ([] if args.no_f32_ref else ["float32"])
+            # make-smollm3.py writes no tokenizer: the Llama-3 vocabulary has the same 128256 ids.
+            gguf = os.path.join(fix, "tokenizer-vectors", "ggml-vocab-llama-bpe.gguf")
+            extra = ["--tokenizer", gguf] if (os.path.isfile(gguf) and not os.path.isfile(
+                os.path.join(src, "tokenizer.json"))) else []
             specs.append({
                 "key": "smollm3", "name": "SmolLM3-3B (random weights)", "source": src,
                 "native": "bf16", "profiles": ["bf16", "quality", "fp8-all"], "ids": None,
                 "ids_what": "%d pseudo-random ids (seed %d)" % (args.positions, args.seed),
-                "golden": None, "refs": refs, "speed_ref": "bfloat16"})
+                "golden": None, "refs": refs, "speed_ref": "bfloat16", "pack_extra": extra})
     if not torch_info:
         for s in specs:
             s["refs"], s["speed_ref"] = [], None
@@ -229,9 +236,10 @@ def make_profiles(run, args, spec, work):
     cmds = {}
     for p in spec["profiles"]:
         if p == spec["native"] and p != "bf16":
-            cmds[p] = [os.path.join(b, "thin-pack"), src, "-o", path[p]]
+            cmds[p] = [os.path.join(b, "thin-pack")] + spec["pack_extra"] + [src, "-o", path[p]]
         elif p == "bf16":
-            cmds[p] = [os.path.join(b, "thin-pack"), "--dtype", "bf16", src, "-o", path[p]]
+            cmds[p] = [os.path.join(b, "thin-pack"), "--dtype", "bf16"] + spec["pack_extra"] + [
+                src, "-o", path[p]]
         else:
             cmds[p] = [os.path.join(b, "thin-quant"), "--profile", p, base, "-o", path[p],
                        "--json", path[p] + ".json"]
