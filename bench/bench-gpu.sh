@@ -108,6 +108,8 @@ for m in s3 s3q; do
         "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "$PROMPT16" -n 128 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-d$rep.json" 2>>"$LOG"
         WALL=$(since "$T0")
     done
+    THIN_CUDA_PDL=0 "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "$PROMPT16" -n 128 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-nopdl.json" 2>>"$LOG"
+    row "$name decode tok/s without PDL (THIN_CUDA_PDL=0)" "$(fmt "$(jget "$WORK/$m-nopdl.json" decode_tok_s)" 1)"
     D=$(jget "$WORK/$m-d2.json" decode_tok_s)
     row "$name decode tok/s (128 after 16)" "$(fmt "$D" 1) ($(python3 -c "print(f'{100*$D/$LIMIT:.0f}')" 2>/dev/null)% of limit)"
     row "$name load s / ttft s (after load) / wall s" "$(fmt "$(jget "$WORK/$m-d2.json" load_s)" 2) / $(fmt "$(jget "$WORK/$m-d2.json" ttft_s)" 4) / $(fmt "$WALL" 2)"
@@ -119,11 +121,12 @@ done
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     say "== ncu: matvec and attention kernels (BF16)"
-    ncu --clock-control none -k regex:"matvec_kernel|attn_partial" -s 200 -c 6 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis \
-        "$BIN/thin-run" "$WORK/s3.thin" --no-verify --ids "$PROMPT16" -n 8 -t 0 --device cuda --ctx 1024 \
+    # The first matching kernels are the session's eager warm-up step (one token, layers 0-1).
+    ncu --clock-control none -k regex:"matvec_kernel|attn_partial" -c 8 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        "$BIN/thin-run" "$WORK/s3.thin" --no-verify --ids "1" -n 1 -t 0 --device cuda --ctx 1024 \
         >"$OUTDIR/ncu.txt" 2>&1
-    grep -E "matvec_kernel|attn_partial|DRAM Throughput|Memory Throughput|Duration" "$OUTDIR/ncu.txt" | head -40 | tee -a "$LOG"
+    grep -E "matvec_kernel|attn_partial|DRAM Throughput|Duration|Achieved Occupancy" "$OUTDIR/ncu.txt" | head -40 | tee -a "$LOG"
 fi
 
 say "== table"

@@ -16,6 +16,8 @@ __device__ __forceinline__ float kv_load(const void *c, int dt, size_t i) {
 }
 
 __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_kernel(const attn_args a) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ float sm[]; /* q: head_dim, scores: chunk_max, acc: ATTN_THREADS */
     __shared__ float red[32];
     const uint32_t h = blockIdx.x, split = blockIdx.y, row = blockIdx.z, hd = a.head_dim;
@@ -82,6 +84,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_kernel(const attn_a
 }
 
 __global__ void attn_combine_kernel(const attn_args a) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t h = blockIdx.x, row = blockIdx.y, hd = a.head_dim;
     const float *part = a.partial + ((size_t)row * a.n_heads + h) * a.n_splits * (hd + 2);
     float M = -INFINITY;
@@ -111,10 +115,8 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
         if (e != cudaSuccess) return e;
     }
     dim3 g1(a->n_heads, a->n_splits, n);
-    attn_partial_kernel<<<g1, ATTN_THREADS, smem, st>>>(*a);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_k(attn_partial_kernel, dim3(g1), dim3(ATTN_THREADS), smem, st, *a);
     if (e != cudaSuccess) return e;
     dim3 g2(a->n_heads, n);
-    attn_combine_kernel<<<g2, 128, 0, st>>>(*a);
-    return cudaGetLastError();
+    return launch_k(attn_combine_kernel, dim3(g2), dim3(128), 0, st, *a);
 }

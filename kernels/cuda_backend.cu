@@ -12,6 +12,8 @@
 
 #define MAX_BATCH 512u
 
+int thin_cuda_pdl = 1;
+
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
     if (s) snprintf(s->err, sizeof s->err, "%s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
     return -1;
@@ -141,6 +143,8 @@ static int check_plan(cuda_session *s, uint32_t max_ctx) {
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
     if (check_plan(s, max_ctx)) return -1;
+    const char *pdl = getenv("THIN_CUDA_PDL");
+    thin_cuda_pdl = !(pdl && strcmp(pdl, "0") == 0);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));

@@ -95,6 +95,44 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
+/* ---- programmatic dependent launch ----
+ * Kernels are launched so that the next one may start while the previous one drains: each kernel
+ * lets its dependents launch at once (pdl_trigger) and waits for its predecessors to complete
+ * (pdl_wait) before it reads or writes anything they touch; only read-only weights are loaded
+ * before the wait. thin_cuda_pdl = 0 (env THIN_CUDA_PDL=0) launches plainly. */
+extern int thin_cuda_pdl;
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when enabled. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                   cudaStream_t st, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    if (thin_cuda_pdl) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+    }
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 /* ---- launchers (one family per .cu file) ---- */
 
 /* Matrix-vector products for one token (matvec.cu). Up to three weights sharing the input are
@@ -166,7 +204,7 @@ struct attn_args {
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
-#define ATTN_MIN_CHUNK 64u
+#define ATTN_MIN_CHUNK 16u
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

@@ -72,6 +72,8 @@ template <int DT>
 __global__ void __launch_bounds__(128) gemm_kernel(const dmat w, const float *x, uint32_t ldx,
                                                    float *out, uint32_t ldo, float *resid,
                                                    uint32_t ldr, uint32_t n) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ __align__(128) gemm_smem s;
     const uint32_t n0 = blockIdx.x * GM_BN, m0 = blockIdx.y * GM_BM;
     const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
@@ -120,10 +122,9 @@ cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out,
     if (w->pitch % GM_BK != 0) return cudaErrorInvalidValue;
     dim3 grid((w->rows + GM_BN - 1) / GM_BN, (n + GM_BM - 1) / GM_BM);
     if (w->dtype == THIN_DTYPE_BF16)
-        gemm_kernel<THIN_DTYPE_BF16><<<grid, 128, 0, st>>>(*w, x, ldx, out, ldo, resid, ldr, n);
+        return launch_k(gemm_kernel<THIN_DTYPE_BF16>, dim3(grid), dim3(128), 0, st, *w, x, ldx, out, ldo, resid, ldr, n);
     else if (w->dtype == THIN_DTYPE_F8_E4M3)
-        gemm_kernel<THIN_DTYPE_F8_E4M3><<<grid, 128, 0, st>>>(*w, x, ldx, out, ldo, resid, ldr, n);
+        return launch_k(gemm_kernel<THIN_DTYPE_F8_E4M3>, dim3(grid), dim3(128), 0, st, *w, x, ldx, out, ldo, resid, ldr, n);
     else
         return cudaErrorInvalidValue;
-    return cudaGetLastError();
 }

@@ -65,27 +65,33 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     return v;
 }
 
-/* Partial dots of NR rows (same pitch) with xs, for this lane; rows are 16-byte vectors. */
+template <int DT>
+struct vec_of {
+    static constexpr uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+};
+
+/* Issues the loads of one batch (MV_UNROLL vectors, 32 apart, from vector `base`) of NR rows. */
+template <int NR>
+__device__ __forceinline__ void load_batch(uint4 (&w)[NR][MV_UNROLL], const uint4 *const *rows,
+                                           uint32_t base, uint32_t nvec) {
+#pragma unroll
+    for (int k = 0; k < MV_UNROLL; k++) {
+        uint32_t v = base + 32 * k;
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            if (v < nvec) w[r][k] = ld_stream(rows[r] + v);
+    }
+}
+
 template <int DT, int NR>
-__device__ __forceinline__ void dot_rows(const uint4 *const *rows, uint32_t nvec, const float *xs,
-                                         int lane, float *acc) {
-    const uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    for (uint32_t base = lane; base < nvec; base += 32 * MV_UNROLL) {
-        uint4 w[NR][MV_UNROLL];
+__device__ __forceinline__ void use_batch(const uint4 (&w)[NR][MV_UNROLL], uint32_t base,
+                                          uint32_t nvec, const float *xs, float *acc) {
 #pragma unroll
-        for (int k = 0; k < MV_UNROLL; k++) {
-            uint32_t v = base + 32 * k;
+    for (int k = 0; k < MV_UNROLL; k++) {
+        uint32_t v = base + 32 * k;
+        if (v < nvec) {
 #pragma unroll
-            for (int r = 0; r < NR; r++)
-                if (v < nvec) w[r][k] = ld_stream(rows[r] + v);
-        }
-#pragma unroll
-        for (int k = 0; k < MV_UNROLL; k++) {
-            uint32_t v = base + 32 * k;
-            if (v < nvec) {
-#pragma unroll
-                for (int r = 0; r < NR; r++) acc[r] += dot16<DT>(w[r][k], xs + (size_t)v * epv);
-            }
+            for (int r = 0; r < NR; r++) acc[r] += dot16<DT>(w[r][k], xs + (size_t)v * vec_of<DT>::epv);
         }
     }
 }
@@ -112,46 +118,90 @@ __device__ __forceinline__ const uint4 *row_ptr(const dmat &w, uint32_t r) {
     return (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
 }
 
+/* Row pointers of logical row r: the pair's gate and up rows, or the segment's row (*seg, *rr). */
+template <int NR>
+__device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint4 **rows, int *seg,
+                                        uint32_t *rr) {
+    if (NR == 2) {
+        rows[0] = row_ptr(a.seg[0].w, r);
+        rows[1] = row_ptr(a.seg[1].w, r);
+        *seg = 0;
+        *rr = r;
+        return;
+    }
+    int s = 0;
+    while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s++].w.rows;
+    rows[0] = row_ptr(a.seg[s].w, r);
+    *seg = s;
+    *rr = r;
+}
+
+template <int DT, int NR>
+__device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc) {
+    if (NR == 2) {
+        float g = acc[0], u = acc[1];
+        if (DT == THIN_DTYPE_F8_E4M3) {
+            if (a.seg[0].w.scale) g *= a.seg[0].w.scale[rr];
+            if (a.seg[1].w.scale) u *= a.seg[1].w.scale[rr];
+        }
+        a.seg[1].out[rr] = u;
+        a.seg[0].out[rr] = silu_f(g) * u;
+        return;
+    }
+    float y = acc[0];
+    if (DT == THIN_DTYPE_F8_E4M3 && a.seg[s].w.scale) y *= a.seg[s].w.scale[rr];
+    a.seg[s].out[rr] = y;
+    if (a.resid) a.resid[rr] += y;
+}
+
+/* Persistent warps: each takes rows r, r + all warps, ...; the first batch of the next row is
+ * loaded before the current row's reduction, and the first row's before waiting for the previous
+ * kernel (weights do not depend on it). */
+template <int DT, int NR>
+__device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
+    const dmat &w0 = a.seg[0].w;
+    const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
+    const int lane = threadIdx.x & 31;
+    const uint32_t stride = gridDim.x * MV_WARPS;
+    uint32_t r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    uint4 w[NR][MV_UNROLL];
+    const uint4 *rows[NR];
+    int seg = 0;
+    uint32_t rr = 0;
+    if (r < total) {
+        rows_of<NR>(a, r, rows, &seg, &rr);
+        load_batch<NR>(w, rows, lane, nvec);
+    }
+    pdl_wait();
+    stage_x(xs, a, w0.cols, w0.pitch, red);
+    for (; r < total; r += stride) {
+        float acc[NR];
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[i] = 0.0f;
+        use_batch<DT, NR>(w, lane, nvec, xs, acc);
+        for (uint32_t base = lane + 32 * MV_UNROLL; base < nvec; base += 32 * MV_UNROLL) {
+            load_batch<NR>(w, rows, base, nvec);
+            use_batch<DT, NR>(w, base, nvec, xs, acc);
+        }
+        const int cur_seg = seg;
+        const uint32_t cur_rr = rr;
+        if (r + stride < total) {
+            rows_of<NR>(a, r + stride, rows, &seg, &rr);
+            load_batch<NR>(w, rows, lane, nvec);
+        }
+#pragma unroll
+        for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
+        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc);
+    }
+}
+
 template <int DT>
 __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
-    const dmat &w0 = a.seg[0].w;
-    const uint32_t cols = w0.cols, pitch = w0.pitch;
-    stage_x(xs, a, cols, pitch, red);
-    const uint32_t nvec = pitch / (16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2));
-    const int lane = threadIdx.x & 31;
-    for (uint32_t r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5); r < total;
-         r += gridDim.x * MV_WARPS) {
-        if (a.pair) {
-            const uint4 *rows[2] = {row_ptr(a.seg[0].w, r), row_ptr(a.seg[1].w, r)};
-            float acc[2] = {0.0f, 0.0f};
-            dot_rows<DT, 2>(rows, nvec, xs, lane, acc);
-            float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
-            if (lane == 0) {
-                if (DT == THIN_DTYPE_F8_E4M3) {
-                    if (a.seg[0].w.scale) g *= a.seg[0].w.scale[r];
-                    if (a.seg[1].w.scale) u *= a.seg[1].w.scale[r];
-                }
-                a.seg[1].out[r] = u;
-                a.seg[0].out[r] = silu_f(g) * u;
-            }
-            continue;
-        }
-        int s = 0;
-        uint32_t rr = r;
-        while (s + 1 < a.nseg && rr >= a.seg[s].w.rows) rr -= a.seg[s++].w.rows;
-        const dmat &w = a.seg[s].w;
-        const uint4 *rows[1] = {row_ptr(w, rr)};
-        float acc[1] = {0.0f};
-        dot_rows<DT, 1>(rows, nvec, xs, lane, acc);
-        float y = warp_sum(acc[0]);
-        if (lane == 0) {
-            if (DT == THIN_DTYPE_F8_E4M3 && w.scale) y *= w.scale[rr];
-            a.seg[s].out[rr] = y;
-            if (a.resid) a.resid[rr] += y;
-        }
-    }
+    pdl_trigger();
+    if (a.pair) matvec_body<DT, 2>(a, total, xs, red);
+    else matvec_body<DT, 1>(a, total, xs, red);
 }
 
 template <int DT>
@@ -164,11 +214,14 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
+    int per_sm = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT>,
+                                                                  MV_WARPS * 32, smem);
+    if (e != cudaSuccess) return e;
     uint32_t blocks = (total + MV_WARPS - 1) / MV_WARPS;
-    uint32_t cap = (uint32_t)n_sm * 8; /* resident blocks: beyond that warps loop over rows */
+    uint32_t cap = (uint32_t)n_sm * (uint32_t)(per_sm > 0 ? per_sm : 1); /* all resident at once */
     if (blocks > cap) blocks = cap;
-    matvec_kernel<DT><<<blocks, MV_WARPS * 32, smem, st>>>(*a, total);
-    return cudaGetLastError();
+    return launch_k(matvec_kernel<DT>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
 }
 
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st) {

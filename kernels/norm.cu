@@ -6,6 +6,8 @@
 #include "cuda_common.cuh"
 
 __global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32_t *tokens) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.y;
     const uint64_t t = (uint64_t)tokens[row];
     const uint8_t *base = (const uint8_t *)E.data;
@@ -19,13 +21,14 @@ __global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32
 cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,
                          uint32_t n, cudaStream_t st) {
     dim3 grid((E->cols + 255) / 256 < 8 ? (E->cols + 255) / 256 : 8, n);
-    embed_kernel<<<grid, 256, 0, st>>>(out, ldo, *E, tokens);
-    return cudaGetLastError();
+    return launch_k(embed_kernel, dim3(grid), dim3(256), 0, st, out, ldo, *E, tokens);
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * w for one row per block. out may equal x. */
 __global__ void rmsnorm_kernel(float *out, uint32_t ldo, const float *x, uint32_t ldx,
                                const void *w, int wdt, uint32_t cols, float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * ldx;
     float *orow = out + (size_t)blockIdx.x * ldo;
@@ -39,13 +42,14 @@ __global__ void rmsnorm_kernel(float *out, uint32_t ldo, const float *x, uint32_
 
 cudaError_t launch_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_t ldx, const dmat *w,
                            uint32_t cols, float eps, uint32_t n, cudaStream_t st) {
-    rmsnorm_kernel<<<n, 256, 0, st>>>(out, ldo, x, ldx, w->data, w->dtype, cols, eps);
-    return cudaGetLastError();
+    return launch_k(rmsnorm_kernel, dim3(n), dim3(256), 0, st, out, ldo, x, ldx, w->data, w->dtype, cols, eps);
 }
 
 /* One warp per (row, head): per-head RMSNorm in place. */
 __global__ void head_rmsnorm_kernel(float *x, uint32_t ldx, const void *w, int wdt,
                                     uint32_t n_heads, uint32_t hd, float eps) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t h = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (h >= n_heads) return;
@@ -60,11 +64,12 @@ __global__ void head_rmsnorm_kernel(float *x, uint32_t ldx, const void *w, int w
 cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t n_heads,
                                 uint32_t head_dim, float eps, uint32_t n, cudaStream_t st) {
     dim3 grid((n_heads + 3) / 4, n);
-    head_rmsnorm_kernel<<<grid, 128, 0, st>>>(x, ldx, w->data, w->dtype, n_heads, head_dim, eps);
-    return cudaGetLastError();
+    return launch_k(head_rmsnorm_kernel, dim3(grid), dim3(128), 0, st, x, ldx, w->data, w->dtype, n_heads, head_dim, eps);
 }
 
 __global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.y;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
         out[(size_t)row * ldo + i] += in[(size_t)row * ldi + i];
@@ -74,12 +79,13 @@ cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, 
                        uint32_t n, cudaStream_t st) {
     uint32_t bx = (cols + 255) / 256;
     dim3 grid(bx < 64 ? bx : 64, n);
-    add_kernel<<<grid, 256, 0, st>>>(out, ldo, in, ldi, cols);
-    return cudaGetLastError();
+    return launch_k(add_kernel, dim3(grid), dim3(256), 0, st, out, ldo, in, ldi, cols);
 }
 
 __global__ void silu_mul_kernel(float *g, uint32_t ldg, const float *u, uint32_t ldu,
                                 uint32_t cols) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.y;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols;
          i += gridDim.x * blockDim.x) {
@@ -92,6 +98,5 @@ cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu
                             uint32_t n, cudaStream_t st) {
     uint32_t bx = (cols + 255) / 256;
     dim3 grid(bx < 64 ? bx : 64, n);
-    silu_mul_kernel<<<grid, 256, 0, st>>>(g, ldg, u, ldu, cols);
-    return cudaGetLastError();
+    return launch_k(silu_mul_kernel, dim3(grid), dim3(256), 0, st, g, ldg, u, ldu, cols);
 }

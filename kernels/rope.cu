@@ -24,6 +24,8 @@ __device__ __forceinline__ void store_kv(void *cache, int dt, size_t i, float v)
 
 /* One block per row. */
 __global__ void rope_store_kernel(const rope_args a) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.x, hd = a.head_dim, half = hd / 2;
     const int32_t pos = *a.pos + (int32_t)row;
     const double p = (double)pos;
@@ -54,6 +56,5 @@ __global__ void rope_store_kernel(const rope_args a) {
 }
 
 cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st) {
-    rope_store_kernel<<<n, 256, 0, st>>>(*a);
-    return cudaGetLastError();
+    return launch_k(rope_store_kernel, dim3(n), dim3(256), 0, st, *a);
 }

@@ -41,6 +41,8 @@ __device__ void block_best(float &v, int &i) {
 }
 
 __global__ void argmax_partial_kernel(const float *x, uint32_t ld, uint32_t cols, float2 *partial) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.y;
     const float *xr = x + (size_t)row * ld;
     float bv = -INFINITY;
@@ -58,6 +60,8 @@ __global__ void argmax_partial_kernel(const float *x, uint32_t ld, uint32_t cols
 }
 
 __global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_t parts) {
+    pdl_trigger();
+    pdl_wait();
     const uint32_t row = blockIdx.x;
     float bv = -INFINITY;
     int bi = -1;
@@ -76,16 +80,16 @@ __global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_
 cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
                           float2 *partial, cudaStream_t st) {
     dim3 grid(ARGMAX_PARTS, n);
-    argmax_partial_kernel<<<grid, 256, 0, st>>>(x, ld, cols, partial);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_k(argmax_partial_kernel, dim3(grid), dim3(256), 0, st, x, ld, cols, partial);
     if (e != cudaSuccess) return e;
-    argmax_final_kernel<<<n, 128, 0, st>>>(out, partial, ARGMAX_PARTS);
-    return cudaGetLastError();
+    return launch_k(argmax_final_kernel, dim3(n), dim3(128), 0, st, out, partial, ARGMAX_PARTS);
 }
 
 /* One block: max and sum of exp((x - max) / t), then every probability >= cutoff to cand. */
 __global__ void sample_kernel(const float *x, uint32_t cols, float t, float cutoff, float *stats,
                               float2 *cand, uint32_t cap, unsigned int *count) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     float m = -INFINITY;
     for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, x[c]);
@@ -111,6 +115,5 @@ __global__ void sample_kernel(const float *x, uint32_t cols, float t, float cuto
 cudaError_t launch_sample_candidates(const float *x, uint32_t cols, float temperature, float cutoff,
                                      float *stats, float2 *cand, uint32_t cap,
                                      unsigned int *count, cudaStream_t st) {
-    sample_kernel<<<1, 1024, 0, st>>>(x, cols, temperature, cutoff, stats, cand, cap, count);
-    return cudaGetLastError();
+    return launch_k(sample_kernel, dim3(1), dim3(1024), 0, st, x, cols, temperature, cutoff, stats, cand, cap, count);
 }
