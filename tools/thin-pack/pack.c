@@ -169,6 +169,19 @@ int pack_take_side(pack *p, const char *base, uint8_t *data, size_t size)
         free(data);
         return pack_fail("%s: the input holds %s twice", p->o->input, base);
     }
+    size_t n = strlen(base);
+    json_error_t je;
+    json_t *j = n > 5 && strcmp(base + n - 5, ".json") == 0
+                    ? json_loadb((const char *)data, size, 0, &je) : json_object();
+    int ok = json_is_object(j), parsed = j != NULL;
+    json_decref(j);
+    if (!ok) {
+        free(data);
+        if (parsed)
+            return pack_fail("%s: %s is not a JSON object", p->o->input, base);
+        return pack_fail("%s: %s is not valid JSON: %s (line %d)", p->o->input, base, je.text,
+                         je.line);
+    }
     p->side[i].name = strdup(base);
     p->side[i].data = data;
     p->side[i].size = size;
