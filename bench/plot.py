@@ -45,7 +45,8 @@ def speed_plot(plt, m, path):
         vals = [s.get(key) or 0.0 for s in rows]
         ax.bar(x, vals, color=colors)
         for i, v in enumerate(vals):
-            ax.annotate("%.4g" % v, (i, v), ha="center", va="bottom", fontsize=8)
+            ax.annotate("{:,.0f}".format(v) if v >= 100 else "%.3g" % v, (i, v), ha="center",
+                        va="bottom", fontsize=8)
         if key == "decode_tokens_per_s":
             limit_marks(ax, rows)
         pos = [v for v in vals if v > 0]
