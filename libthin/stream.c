@@ -311,6 +311,7 @@ static thin_status start_item(thin_stream *s, const thin_record *r, uint64_t at)
         r->entry != s->n_kind[r->kind])
         return thin_stream_fail(s, THIN_E_BAD_RECORD, "ENTRY record at offset %llu is invalid",
                                 (unsigned long long)at);
+    s->cur.json = NULL; /* the previous item's descriptor belongs to s->seen now */
     char *desc = malloc(r->stored + 1);
     if (!desc) return thin_stream_fail(s, THIN_E_NOMEM, "out of memory");
     uint8_t sha[32];

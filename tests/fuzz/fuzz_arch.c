@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arch.h"
+#include "../../tools/thin-pack/arch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int fuzz_lookup(void *user, const char *name, uint32_t *rank,
+static int arch_fuzz_lookup(void *user, const char *name, uint32_t *rank,
                        uint64_t shape[THIN_MAX_RANK])
 {
     json_t *shp = json_object_get(json_object_get((json_t *)user, name), "shape");
@@ -28,7 +28,7 @@ static int fuzz_lookup(void *user, const char *name, uint32_t *rank,
     return 1;
 }
 
-static void fuzz_warn(void *user, const char *msg)
+static void arch_fuzz_warn(void *user, const char *msg)
 {
     (void)user;
     (void)strlen(msg);
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (config && tensors) {
         arch_model m;
         memset(&m, 0, sizeof m);
-        if (arch_build(config, fuzz_lookup, tensors, fuzz_warn, NULL, &m) == 0) {
+        if (arch_build(config, arch_fuzz_lookup, tensors, arch_fuzz_warn, NULL, &m) == 0) {
             if (m.tape) {
                 char *s = json_dumps(m.tape, JSON_COMPACT);
                 free(s);

@@ -5,13 +5,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "plan.h"
+#include "../../tools/thin-run/plan.h"
 
 #include "fuzz_thin_fix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void fuzz_one(const uint8_t *data, size_t size)
+static void plan_one(const uint8_t *data, size_t size)
 {
     static const thin_dtype kv[] = {THIN_DTYPE_INVALID, THIN_DTYPE_F32, THIN_DTYPE_BF16};
     thin_file *f = thin_file_new();
@@ -34,9 +34,9 @@ static void fuzz_one(const uint8_t *data, size_t size)
 /* Each input runs as given, then with its checksums made consistent (fuzz_thin_fix.h). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_one(data, size);
+    plan_one(data, size);
     uint8_t *fixed = fuzz_thin_fix(data, size);
-    if (fixed) fuzz_one(fixed, size);
+    if (fixed) plan_one(fixed, size);
     free(fixed);
     return 0;
 }

@@ -12,29 +12,29 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "input.h"
-#include "rewrite.h"
+#include "../../tools/thin-quant/input.h"
+#include "../../tools/thin-quant/rewrite.h"
 
 #include "fuzz_thin_fix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_PIPE_MAX ((size_t)1 << 20)
+#define QUANT_PIPE_MAX ((size_t)1 << 20)
 
-static char fuzz_dir[64];
+static char quant_dir[64];
 
-static void fuzz_cleanup(void)
+static void quant_cleanup(void)
 {
-    rmdir(fuzz_dir);
+    rmdir(quant_dir);
 }
 
 /* Puts the bytes on stdin: a pipe holding them all when as_pipe, else a memfd. Returns 0 or -1. */
-static int fuzz_stdin(const uint8_t *data, size_t size, int as_pipe)
+static int quant_stdin(const uint8_t *data, size_t size, int as_pipe)
 {
     int fds[2];
     if (as_pipe) {
         if (pipe(fds) != 0) return -1;
-        if (fcntl(fds[1], F_SETPIPE_SZ, (int)FUZZ_PIPE_MAX) < (int)size) {
+        if (fcntl(fds[1], F_SETPIPE_SZ, (int)QUANT_PIPE_MAX) < (int)size) {
             close(fds[0]);
             close(fds[1]);
             return -1;
@@ -49,7 +49,7 @@ static int fuzz_stdin(const uint8_t *data, size_t size, int as_pipe)
     return ok ? 0 : -1;
 }
 
-static void fuzz_input(void)
+static void quant_read_input(void)
 {
     tq_input in;
     if (tq_input_open(&in, "-", 0) == 0) {
@@ -71,10 +71,10 @@ static void fuzz_input(void)
     tq_input_close(&in);
 }
 
-static void fuzz_rewrite(void)
+static void quant_rewrite(void)
 {
     char out[128];
-    snprintf(out, sizeof out, "%s/out.thin", fuzz_dir);
+    snprintf(out, sizeof out, "%s/out.thin", quant_dir);
     tq_selection sel;
     tq_selection_init(&sel);
     sel.profile = TQ_PROFILE_FP8_ALL;
@@ -87,27 +87,27 @@ static void fuzz_rewrite(void)
     unlink(out);
 }
 
-static void fuzz_one(const uint8_t *data, size_t size)
+static void quant_one(const uint8_t *data, size_t size)
 {
-    if (!fuzz_dir[0]) {
+    if (!quant_dir[0]) {
         const char *t = getenv("TMPDIR");
-        snprintf(fuzz_dir, sizeof fuzz_dir, "%s/fuzz-quant.XXXXXX", t && *t ? t : "/tmp");
-        if (strlen(fuzz_dir) >= sizeof fuzz_dir - 1 || !mkdtemp(fuzz_dir)) return;
-        atexit(fuzz_cleanup);
+        snprintf(quant_dir, sizeof quant_dir, "%s/fuzz-quant.XXXXXX", t && *t ? t : "/tmp");
+        if (strlen(quant_dir) >= sizeof quant_dir - 1 || !mkdtemp(quant_dir)) return;
+        atexit(quant_cleanup);
     }
-    if (size <= FUZZ_PIPE_MAX && fuzz_stdin(data, size, 1) == 0) fuzz_input();
-    if (fuzz_stdin(data, size, 0) == 0) {
-        fuzz_input();
-        if (lseek(0, 0, SEEK_SET) == 0) fuzz_rewrite();
+    if (size <= QUANT_PIPE_MAX && quant_stdin(data, size, 1) == 0) quant_read_input();
+    if (quant_stdin(data, size, 0) == 0) {
+        quant_read_input();
+        if (lseek(0, 0, SEEK_SET) == 0) quant_rewrite();
     }
 }
 
 /* Each input runs as given, then with its checksums made consistent (fuzz_thin_fix.h). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_one(data, size);
+    quant_one(data, size);
     uint8_t *fixed = fuzz_thin_fix(data, size);
-    if (fixed) fuzz_one(fixed, size);
+    if (fixed) quant_one(fixed, size);
     free(fixed);
     return 0;
 }

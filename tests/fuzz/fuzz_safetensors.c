@@ -6,11 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "../../tools/thin-pack/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void fuzz_use(const st_header *h)
+static void st_fuzz_use(const st_header *h)
 {
     for (size_t i = 0; i < h->n_tensors; i++) {
         const st_tensor *t = &h->tensors[i];
@@ -25,7 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512];
     st_header h;
     memset(&h, 0, sizeof h);
-    if (st_parse_memory(data, size, "fuzz.safetensors", &h, err, sizeof err) == 0) fuzz_use(&h);
+    if (st_parse_memory(data, size, "fuzz.safetensors", &h, err, sizeof err) == 0)
+        st_fuzz_use(&h);
     st_header_free(&h);
 
     uint64_t n;
@@ -33,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (n > size - 8) return 0;
     memset(&h, 0, sizeof h);
     if (st_parse_header((const char *)data + 8, (size_t)n, "stdin", &h, err, sizeof err) == 0) {
-        fuzz_use(&h);
+        st_fuzz_use(&h);
         (void)st_check_data_size(&h, size - 8 - n, "stdin", err, sizeof err);
     }
     st_header_free(&h);

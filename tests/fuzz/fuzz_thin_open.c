@@ -13,7 +13,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void fuzz_read_tensors(thin_file *f)
+static void open_read_tensors(thin_file *f)
 {
     uint32_t n = thin_file_tensor_count(f);
     for (uint32_t i = 0; i < n; i++) {
@@ -39,7 +39,7 @@ static void fuzz_read_tensors(thin_file *f)
     }
 }
 
-static void fuzz_read_blobs(thin_file *f)
+static void open_read_blobs(thin_file *f)
 {
     uint32_t n = thin_file_blob_count(f);
     for (uint32_t i = 0; i < n; i++) {
@@ -51,7 +51,7 @@ static void fuzz_read_blobs(thin_file *f)
     }
 }
 
-static void fuzz_one(const uint8_t *data, size_t size)
+static void open_one(const uint8_t *data, size_t size)
 {
     static const char *const keys[] = {"model", "tape", "tokenizer", "quant", "runtime", "x"};
     thin_file *f = thin_file_new();
@@ -65,8 +65,8 @@ static void fuzz_one(const uint8_t *data, size_t size)
         (void)thin_file_manifest(f, &json, &len);
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
             (void)thin_file_section(f, keys[k], &json);
-        fuzz_read_tensors(f);
-        fuzz_read_blobs(f);
+        open_read_tensors(f);
+        open_read_blobs(f);
         (void)thin_file_verify(f, 1, NULL, NULL);
     }
     (void)strlen(thin_file_error(f));
@@ -80,9 +80,9 @@ static void fuzz_one(const uint8_t *data, size_t size)
 /* Each input runs as given, then with its checksums made consistent (fuzz_thin_fix.h). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_one(data, size);
+    open_one(data, size);
     uint8_t *fixed = fuzz_thin_fix(data, size);
-    if (fixed) fuzz_one(fixed, size);
+    if (fixed) open_one(fixed, size);
     free(fixed);
     return 0;
 }

@@ -15,7 +15,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int fuzz_memfd(const uint8_t *data, size_t size)
+static int stream_memfd(const uint8_t *data, size_t size)
 {
     int fd = memfd_create("fuzz-stream", 0);
     if (fd < 0) return -1;
@@ -35,7 +35,7 @@ static int fuzz_memfd(const uint8_t *data, size_t size)
     return fd;
 }
 
-static void fuzz_drain(thin_stream *s)
+static void stream_drain(thin_stream *s)
 {
     thin_item_kind kind;
     thin_tensor_info info;
@@ -57,12 +57,12 @@ static void fuzz_drain(thin_stream *s)
     }
 }
 
-static void fuzz_one(const uint8_t *data, size_t size)
+static void stream_one(const uint8_t *data, size_t size)
 {
-    int fd = fuzz_memfd(data, size);
+    int fd = stream_memfd(data, size);
     if (fd < 0) return;
     thin_stream *s = thin_stream_new();
-    if (s && thin_stream_open_fd(s, fd, "fuzz.thin") == THIN_OK) fuzz_drain(s);
+    if (s && thin_stream_open_fd(s, fd, "fuzz.thin") == THIN_OK) stream_drain(s);
     if (s) (void)strlen(thin_stream_error(s));
     thin_stream_free(s);
     close(fd);
@@ -71,9 +71,9 @@ static void fuzz_one(const uint8_t *data, size_t size)
 /* Each input runs as given, then with its checksums made consistent (fuzz_thin_fix.h). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_one(data, size);
+    stream_one(data, size);
     uint8_t *fixed = fuzz_thin_fix(data, size);
-    if (fixed) fuzz_one(fixed, size);
+    if (fixed) stream_one(fixed, size);
     free(fixed);
     return 0;
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "../../tools/thin-run/tokenizer.h"
 
 static void fuzz_tok_decode_ids(const tok *t, const int32_t *ids, size_t n)
 {

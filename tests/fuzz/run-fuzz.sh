@@ -1,7 +1,10 @@
 #!/bin/sh
 # Runs each fuzz target for FUZZ_SECONDS with its seed corpus (tests/fuzz/corpus/NAME, copied to a
-# scratch folder so the repository is never written). Any crash, leak or sanitizer report fails.
+# scratch folder so the repository is never written). Any crash, leak or sanitizer report fails;
+# the inputs that caused it are kept in FUZZ_ARTIFACTS/NAME/ (default build-fuzz/artifacts) to be
+# added to fixtures/regressions/NAME/ once fixed.
 secs=${FUZZ_SECONDS:-60}
+keep=${FUZZ_ARTIFACTS:-build-fuzz/artifacts}
 fail=0; pass=0
 for bin in "$@"; do
     name=$(basename "$bin")
@@ -14,7 +17,10 @@ for bin in "$@"; do
         pass=$((pass + 1)); echo "PASS  $name ($(grep -c . "$work/log") log lines)"
     else
         fail=$((fail + 1)); echo "FAIL  $name"; tail -n 60 "$work/log"
-        ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* 2>/dev/null
+        mkdir -p "$keep/$name"
+        for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+            [ -f "$a" ] && cp "$a" "$keep/$name/" && echo "kept $keep/$name/$(basename "$a")"
+        done
     fi
     rm -rf "$work"
 done
