@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "chat.h"
 #include "cli.h"
 #include "plan.h"
 #include "run_util.h"
@@ -202,6 +203,7 @@ typedef struct run {
     unsigned threads;
     double load_s;
     char digest[65];
+    int32_t chat_stop;      /* id of the token that ends an assistant turn (--chat), or -1 */
 } run;
 
 static int verify_progress(void *user, uint64_t done, uint64_t total) {
@@ -309,6 +311,25 @@ static void unload(run *r) {
 
 /* ---- prompt ---- */
 
+/* Renders the prompt through the model's chat template and encodes it with special tokens. */
+static int chat_prompt_ids(run *r, int32_t **ids, size_t *n) {
+    const options *o = r->o;
+    char err[512];
+    if (!r->tk) return cli_error("%s carries no tokenizer: --chat needs one", o->model), CLI_EXIT_DATA;
+    chat_opts co = {chat_detect(tok_chat_template(r->tk)), o->system, CHAT_THINK_DEFAULT, NULL};
+    if (co.format == CHAT_FORMAT_NONE)
+        return cli_error("%s: the tokenizer has no supported chat template", o->model), CLI_EXIT_DATA;
+    char *text;
+    size_t len;
+    if (chat_render(&co, o->prompt, &text, &len, err, sizeof err))
+        return cli_error("--chat: %s", err), CLI_EXIT_DATA;
+    int rc = tok_encode(r->tk, text, len, 0, 1, ids, n, err, sizeof err);
+    free(text);
+    if (rc) return cli_error("prompt: %s", err), CLI_EXIT_DATA;
+    r->chat_stop = tok_find(r->tk, chat_stop_text(co.format));
+    return 0;
+}
+
 static int prompt_ids(run *r, int32_t **ids, size_t *n) {
     const options *o = r->o;
     char err[512];
@@ -322,7 +343,7 @@ static int prompt_ids(run *r, int32_t **ids, size_t *n) {
         if (rc) return cli_error("%s: %s", o->ids_file ? o->ids_file : "--ids", err), CLI_EXIT_DATA;
         return 0;
     }
-    if (o->chat) return cli_error("--chat: this build has no chat template support"), CLI_EXIT_DATA;
+    if (o->chat) return chat_prompt_ids(r, ids, n);
     int32_t bos = r->tk && tok_bos(r->tk) >= 0 ? tok_bos(r->tk) : r->p.hp.bos_id;
     if (!o->prompt || !o->prompt[0]) { /* no prompt: BOS alone, as llama2.c does */
         if (bos < 0 || o->no_bos)
@@ -397,7 +418,7 @@ static int is_stop_token(const run *r, int32_t id) {
     for (int i = 0; r->p.hp.eos_ids[i] >= 0 && i < 8; i++)
         if (id == r->p.hp.eos_ids[i]) return 1;
     if (r->tk && tok_eos(r->tk) == id) return 1;
-    return 0;
+    return r->chat_stop >= 0 && id == r->chat_stop;
 }
 
 static int is_bos(const run *r, int32_t id) {
@@ -597,7 +618,7 @@ int main(int argc, char **argv) {
     cli_init(argv[0]);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    run r = {.o = &o, .threads = o.threads ? (unsigned)o.threads : thin_cpu_count()};
+    run r = {.o = &o, .chat_stop = -1, .threads = o.threads ? (unsigned)o.threads : thin_cpu_count()};
     rc = load(&r);
     if (!rc) rc = o.score ? score(&r) : generate(&r);
     unload(&r);
