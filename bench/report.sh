@@ -45,9 +45,12 @@ if [ -z "$smollm3" ] && [ "$gpu" = 1 ] && [ "$torch_gpu" = 1 ]; then
     if [ -f bench/make-smollm3.py ]; then
         echo "report.sh: making the random SmolLM3-3B (bench/make-smollm3.py)" >&2
         t0=$(date +%s)
-        "$PYTHON" bench/make-smollm3.py "$WORK/smollm3" >&2
-        echo "report.sh: made in $(( $(date +%s) - t0 )) s" >&2
-        smollm3=$WORK/smollm3
+        if "$PYTHON" bench/make-smollm3.py "$WORK/smollm3" >&2; then
+            echo "report.sh: made in $(( $(date +%s) - t0 )) s" >&2
+            smollm3=$WORK/smollm3
+        else
+            echo "report.sh: bench/make-smollm3.py failed: SmolLM3 skipped" >&2
+        fi
     else
         echo "report.sh: bench/make-smollm3.py is missing: SmolLM3 skipped" >&2
     fi
