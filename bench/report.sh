@@ -12,6 +12,7 @@
 #   SMOLLM3_DIR  an existing SmolLM3 SafeTensors folder; otherwise, with torch and a GPU, one is
 #                made by bench/make-smollm3.py in the work folder and deleted at the end
 #   WORK         work folder for models and logits (default: a temporary folder, removed)
+#   SMOLLM3=0    skip SmolLM3 (so does a --models list without it)
 # SmolLM3 is skipped, with a note in the report, without torch or without a GPU.
 set -eu
 cd "$(dirname "$0")/.."
@@ -41,7 +42,11 @@ if "$PYTHON" -c 'import sys, torch, transformers; sys.exit(0 if torch.cuda.is_av
         >/dev/null 2>&1; then torch_gpu=1; fi
 
 smollm3=${SMOLLM3_DIR:-}
-if [ -z "$smollm3" ] && [ "$gpu" = 1 ] && [ "$torch_gpu" = 1 ]; then
+want_smollm3=${SMOLLM3:-1}
+case " $* " in *" --models "*|*" --models="*) case "$*" in *smollm3*) ;; *) want_smollm3=0 ;; esac ;; esac
+if [ "$want_smollm3" = 0 ]; then
+    smollm3=
+elif [ -z "$smollm3" ] && [ "$gpu" = 1 ] && [ "$torch_gpu" = 1 ]; then
     if [ -f bench/make-smollm3.py ]; then
         echo "report.sh: making the random SmolLM3-3B (bench/make-smollm3.py)" >&2
         t0=$(date +%s)
