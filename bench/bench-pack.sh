@@ -27,6 +27,7 @@ echo "| command | seconds | GiB/s |"
 echo "| --- | ---: | ---: |"
 row "cat FILE > /dev/null" sh -c "cat '$F' >/dev/null"
 row "sha256sum FILE" sh -c "sha256sum '$F' >/dev/null"
+row "openssl dgst -sha256 FILE (SHA-NI, one core)" sh -c "openssl dgst -sha256 '$F' >/dev/null"
 row "thin-pack DIR > /dev/null" sh -c "'$BIN/thin-pack' -q '$DIR/model' >/dev/null"
 row "thin-pack DIR -o FILE.thin" sh -c "'$BIN/thin-pack' -q '$DIR/model' -o '$DIR/out.thin'"
 cat "$DIR/out.thin" >/dev/null

@@ -23,7 +23,8 @@ static char fix[512];
 
 static int setup(void **state)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/thin-test-pack.XXXXXX");
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%.200s/thin-test-pack.XXXXXX", tmp);
     if (!mkdtemp(tmpdir))
         return -1;
     snprintf(fix, sizeof fix, "%s/stories260k", getenv("FIX") ? getenv("FIX") : "fixtures");
