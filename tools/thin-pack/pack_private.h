@@ -1,5 +1,5 @@
 /* pack_private.h — state shared by the files of the packing job (pack.c, pack_disk.c,
- * pack_stream.c, pack_model.c). */
+ * pack_stream.c, pack_model.c); not part of any public interface. */
 #ifndef THIN_PACK_PACK_PRIVATE_H
 #define THIN_PACK_PACK_PRIVATE_H
 
@@ -67,15 +67,16 @@ int pack_write_read(pack *p, const st_tensor *t, pack_read_fn rd, void *ctx, con
 int pack_keep_metadata(pack *p, const char *base, const st_header *h);
 /* Takes a side file (config.json, tokenizer.json, ...) by base name; data is adopted. */
 int pack_take_side(pack *p, const char *base, uint8_t *data, size_t size);
-/* pack_stream.c. Reads a shard from a reader: header, checks, then its tensors; data_size = ST_SIZE_UNKNOWN
- * when the length is not known in advance. */
-int pack_stream_shard(pack *p, pack_read_fn rd, void *ctx, uint64_t size, const char *label);
 
 /* pack_disk.c: validate every shard, then write them from their mappings. */
 int pack_disk(pack *p, source_kind kind);
+
 /* pack_stream.c: an archive (path or stdin) or a bare SafeTensors stream on stdin. */
 int pack_stream(pack *p, source_kind kind);
-/* Opens the writer on the output. */
+/* Reads one shard from a reader: header and checks, then its tensors in offset order; `size` is
+ * the shard's length, or ST_SIZE_UNKNOWN (then trailing bytes are found at the end). */
+int pack_stream_shard(pack *p, pack_read_fn rd, void *ctx, uint64_t size, const char *label);
+/* Opens the writer on the output (once; later calls do nothing). */
 int pack_open_writer(pack *p);
 
 /* pack_model.c: the tied lm_head entry, blobs, model/tokenizer/tape sections, finish. */
