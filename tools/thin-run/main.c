@@ -43,7 +43,7 @@ typedef struct options {
     double temperature, top_p;
     long long top_k, threads;
     uint64_t seed;
-    int have_seed, chat, no_bos, echo, json, verify, quiet;
+    int have_seed, chat, no_bos, echo, json, verify, quiet, ignore_eos;
     thin_dtype kv_dtype;    /* INVALID = the file's runtime default */
     const char *device;     /* NULL = auto */
 } options;
@@ -86,7 +86,7 @@ static void usage(void) {
 }
 
 enum {
-    O_IDS = 256, O_IDS_FILE, O_CHAT, O_SYSTEM, O_NO_BOS, O_ECHO, O_TOPK, O_TOPP, O_SEED, O_STOP,
+    O_IDS = 256, O_IDS_FILE, O_IGNORE_EOS, O_CHAT, O_SYSTEM, O_NO_BOS, O_ECHO, O_TOPK, O_TOPP, O_SEED, O_STOP,
     O_CTX, O_SCORE, O_OUT, O_DUMP, O_JSON, O_DEVICE, O_THREADS, O_KV, O_VERIFY, O_NO_VERIFY,
     O_VERSION
 };
@@ -94,7 +94,7 @@ enum {
 static const struct option long_opts[] = {
     {"prompt", 1, 0, 'p'},      {"ids", 1, 0, O_IDS},           {"ids-file", 1, 0, O_IDS_FILE},
     {"chat", 0, 0, O_CHAT},     {"system", 1, 0, O_SYSTEM},     {"no-bos", 0, 0, O_NO_BOS},
-    {"echo", 0, 0, O_ECHO},     {"max-tokens", 1, 0, 'n'},      {"temperature", 1, 0, 't'},
+    {"echo", 0, 0, O_ECHO},     {"ignore-eos", 0, 0, O_IGNORE_EOS},     {"max-tokens", 1, 0, 'n'},      {"temperature", 1, 0, 't'},
     {"top-k", 1, 0, O_TOPK},    {"top-p", 1, 0, O_TOPP},        {"seed", 1, 0, O_SEED},
     {"stop", 1, 0, O_STOP},     {"ctx", 1, 0, O_CTX},           {"score", 1, 0, O_SCORE},
     {"out", 1, 0, O_OUT},       {"dump-logits", 1, 0, O_DUMP},  {"json", 0, 0, O_JSON},
@@ -144,6 +144,7 @@ static int parse_opt(int c, const char *arg, options *o) {
     case O_SYSTEM: o->system = arg; return 0;
     case O_NO_BOS: o->no_bos = 1; return 0;
     case O_ECHO: o->echo = 1; return 0;
+    case O_IGNORE_EOS: o->ignore_eos = 1; return 0;
     case O_STOP:
         if (o->n_stops == MAX_STOPS || !arg[0]) return cli_usage_error("bad or too many --stop");
         o->stops[o->n_stops++] = arg;
@@ -453,7 +454,7 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
         int32_t next;
         if (choose(r, s, g, am, &next)) return -1;
         if (g->n_ids == 0) g->ttft_s = g->prefill_s + (cli_now() - t0);
-        if (is_stop_token(r, next) || is_bos(r, next)) {
+        if (!r->o->ignore_eos && (is_stop_token(r, next) || is_bos(r, next))) {
             g->stop = is_bos(r, next) ? "bos" : "eos";
             break;
         }
