@@ -56,6 +56,14 @@ thin_status thin_wout_zero_to(thin_writer *w, uint64_t align)
 
 thin_status thin_wout_open_path(thin_writer *w, const char *path)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        /* A device or FIFO (/dev/null, /dev/full, a named pipe) is written in place: renaming a
+         * temporary file over it would replace the device node. */
+        w->fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (w->fd < 0) return thin_writer_fail(w, THIN_E_IO, "%s: %s", path, strerror(errno));
+        return THIN_OK;
+    }
     char *d = strdup(path), *b = strdup(path);
     if (!d || !b) {
         free(d);
@@ -108,6 +116,7 @@ thin_status thin_wout_finish(thin_writer *w)
     int fd = w->fd;
     w->fd = -1;
     if (close(fd) != 0) return thin_writer_fail(w, THIN_E_IO, "close: %s", strerror(errno));
+    if (!w->tmp) return THIN_OK; /* written in place (a device or FIFO) */
     if (rename(w->tmp, w->path) != 0)
         return thin_writer_fail(w, THIN_E_IO, "rename into place: %s", strerror(errno));
     free(w->tmp);
