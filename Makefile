@@ -176,9 +176,13 @@ $(B)/tests/cuda/%: $(B)/obj/tests/cuda/%.o $(ALL_LINK)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LINK) $(ALL_LIBS)
 
-$(B)/lib/thin.pc: Makefile
+# pkg-config file; PREFIX is baked in, so it is rewritten whenever PREFIX changes.
+PC_CMD = printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: thin\nDescription: ThinTensor .thin tensor container\nVersion: %s\nLibs: -L$${libdir} -lthin\nLibs.private: -ljansson -lzstd -lcrypto -lm -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)'
+$(B)/lib/thin.pc: FORCE
 	@mkdir -p $(@D)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: thin\nDescription: ThinTensor .thin tensor container\nVersion: %s\nLibs: -L$${libdir} -lthin\nLibs.private: -ljansson -lzstd -lcrypto -lm -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@
+	@$(PC_CMD) > $@.tmp && if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+.PHONY: FORCE
+FORCE:
 
 # ---- tests ----
 check: all
