@@ -100,14 +100,46 @@ static void regress_target(const char *target, regress_fn fn)
     regress_dir(dir, fn);
 }
 
-static void test_thin_open_inputs(void **state) { (void)state; regress_target("fuzz_thin_open", regress_thin_open); }
-static void test_thin_stream_inputs(void **state) { (void)state; regress_target("fuzz_thin_stream", regress_thin_stream); }
-static void test_safetensors_inputs(void **state) { (void)state; regress_target("fuzz_safetensors", regress_safetensors); }
-static void test_arch_inputs(void **state) { (void)state; regress_target("fuzz_arch", regress_arch); }
-static void test_tok_hf_inputs(void **state) { (void)state; regress_target("fuzz_tok_hf", regress_tok_hf); }
-static void test_tok_gguf_inputs(void **state) { (void)state; regress_target("fuzz_tok_gguf", regress_tok_gguf); }
-static void test_quant_input_inputs(void **state) { (void)state; regress_target("fuzz_quant_input", regress_quant_input); }
-static void test_plan_inputs(void **state) { (void)state; regress_target("fuzz_plan", regress_plan); }
+static void test_thin_open_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_thin_open", regress_thin_open);
+}
+static void test_thin_stream_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_thin_stream", regress_thin_stream);
+}
+static void test_safetensors_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_safetensors", regress_safetensors);
+}
+static void test_arch_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_arch", regress_arch);
+}
+static void test_tok_hf_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_tok_hf", regress_tok_hf);
+}
+static void test_tok_gguf_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_tok_gguf", regress_tok_gguf);
+}
+static void test_quant_input_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_quant_input", regress_quant_input);
+}
+static void test_plan_inputs(void **state)
+{
+    (void)state;
+    regress_target("fuzz_plan", regress_plan);
+}
 
 int main(void)
 {

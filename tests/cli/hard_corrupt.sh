@@ -10,7 +10,8 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
 python3 "$FIX/../tests/fuzz/tiny_model.py" "$T/m" || exit 1
 "$BIN/thin-pack" -q --chunk-size 4K "$T/m" -o "$T/good.thin" || exit 1
-"$BIN/thin-inspect" --verify "$T/good.thin" >/dev/null || { echo "intact file fails verify"; exit 1; }
+"$BIN/thin-inspect" --verify "$T/good.thin" >/dev/null ||
+    { echo "intact file fails verify"; exit 1; }
 "$BIN/thin-run" "$T/good.thin" --device cpu -p "Once" -n 2 -t 0 >/dev/null ||
     { echo "intact file does not run"; exit 1; }
 size=$(wc -c <"$T/good.thin")

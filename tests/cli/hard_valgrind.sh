@@ -33,7 +33,8 @@ vg inspect "$BIN/thin-inspect" --verify --tape -q --threads 2 "$T/s.thin" >/dev/
 $VG "$BIN/thin-inspect" --verify -q --threads 2 - <"$T/z.thin" >/dev/null 2>"$T/vg.err" ||
     { echo "FAIL: inspect stream"; cat "$T/vg.err"; FAILS=$((FAILS + 1)); }
 vg quant "$BIN/thin-quant" -q -p quality --threads 2 "$T/s.thin" -o "$T/q.thin"
-vg run "$BIN/thin-run" "$T/q.thin" --device cpu --threads 2 -p "Once upon a time" -n 6 -t 0 >/dev/null
+vg run "$BIN/thin-run" "$T/q.thin" --device cpu --threads 2 -p "Once upon a time" -n 6 -t 0 \
+    >/dev/null
 vg run-ids "$BIN/thin-run" "$T/s.thin" --device cpu --threads 2 --ids "1 403 407" -n 4 -t 0 \
     --json >/dev/null
 [ -s "$T/q.thin" ] || { echo "FAIL: no quantized file"; FAILS=$((FAILS + 1)); }

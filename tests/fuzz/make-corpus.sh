@@ -39,8 +39,9 @@ sys.stdout.write(json.dumps(json.loads(d[8:8+n]),separators=(",",":")))' "$1"; }
 { cat "$W/m/config.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/tiny"
 sed 's/LlamaForCausalLM/Qwen3ForCausalLM/' "$W/m/config.json" >"$W/qwen3.json"
 { cat "$W/qwen3.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/qwen3"
-sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/; s/"tie_word_embeddings"/"no_rope_layers": [1], "tie_word_embeddings"/' \
-    "$W/m/config.json" >"$C/fuzz_arch/smollm3"
+sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
+    sed 's/"tie_word_embeddings"/"no_rope_layers": [1], "tie_word_embeddings"/' >"$W/smol.json"
+{ cat "$W/smol.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/smollm3"
 
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
