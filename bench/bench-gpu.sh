@@ -3,15 +3,18 @@
 #
 #   bench/bench-gpu.sh [OUTDIR]          (OUTDIR: $OUT when set, else ./bench-gpu-out)
 #
-# Steps: device and copy bandwidth; the GPU parity tests (tests/cuda); stories260K greedy ids on
-# GPU vs CPU and compute-sanitizer memcheck; the random SmolLM3-3B (bench/make-smollm3.py, with the
-# transformers decode speed), packed BF16 and quantized with --profile quality (FP8); logits of GPU
-# vs CPU over a few positions; decode speed (128 tokens after 16), prefill of 512 tokens, time to
-# first token with the load; each speed also as a share of the bandwidth limit
-# (weight_bytes / copy bandwidth). A table is printed last. Environment:
+# Steps: device and copy bandwidth; the GPU parity tests (tests/cuda), also without the fused
+# decode kernels (THIN_CUDA_FUSE=0); stories260K greedy ids on GPU vs CPU and compute-sanitizer
+# memcheck; the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
+# --profile quality (FP8); logits of GPU vs CPU over a few positions; decode speed (128 tokens
+# after 16) with and without programmatic dependent launch, prefill of 512 tokens, time to first
+# token with the load; each speed also as a share of the bandwidth limit (weight_bytes / copy
+# bandwidth); with PROFILE=1 the per-step decode profile (THIN_CUDA_PROFILE=1) of the fused
+# kernels and of THIN_CUDA_FUSE=0, printed after the table. Environment:
 #   BIN        thin-* tools (default build/bin)     B      build folder (default build)
 #   WORK       models and scratch (default /tmp/thin-bench-gpu, kept for reuse)
 #   SMOLLM3=0  skip the 3B model                    NCU=1  profile two kernels with ncu
+#   TF=1       also time transformers' own decode   PROFILE=1  decode profiles
 #   STAGE      all (default) | quick (tests, stories, sanitizer only)
 set -u
 cd "$(dirname "$0")/.."
@@ -51,6 +54,11 @@ else
         export THIN_CUDA_PDL=0
     fi
 fi
+if THIN_CUDA_FUSE=0 "$B/tests/cuda/test_cuda_backend" >"$OUTDIR/parity-nofuse.log" 2>&1; then
+    row "GPU parity tests with THIN_CUDA_FUSE=0" "pass"
+else
+    row "GPU parity tests with THIN_CUDA_FUSE=0" "FAIL"
+fi
 grep -E "^(ok|FAIL)" "$LOG" | tail -40
 
 say "== stories260K: GPU vs CPU greedy ids"
@@ -87,45 +95,54 @@ fi
 [ "$STAGE" = quick ] && { say "== table"; cat "$TABLE"; exit 0; }
 [ "${SMOLLM3:-1}" = 0 ] && { say "== table"; cat "$TABLE"; exit 0; }
 
-say "== SmolLM3-3B (random) and transformers"
+say "== SmolLM3-3B (random)"
 T0=$(now)
-PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" --transformers-decode 128 >"$WORK/tf.txt" 2>>"$LOG"
-TF=$(awk '/transformers_decode_tok_s/{print $2}' "$WORK/tf.txt")
-say "model + transformers: $(fmt "$(since "$T0")" 1) s"
-row "transformers BF16 decode tok/s (128 tokens)" "${TF:-?}"
+TFARG=; [ "${TF:-0}" = 1 ] && TFARG="--transformers-decode 128"
+PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" $TFARG >"$WORK/tf.txt" 2>>"$LOG"
+TFS=$(awk '/transformers_decode_tok_s/{print $2}' "$WORK/tf.txt")
+say "model: $(fmt "$(since "$T0")" 1) s"
+[ -n "$TFS" ] && row "transformers BF16 decode tok/s (128 tokens)" "$TFS"
+T0=$(now)
 [ -f "$WORK/s3.thin" ] || "$BIN/thin-pack" -q "$WORK/smollm3" --tokenizer fixtures/tokenizer-vectors/ggml-vocab-llama-bpe.gguf -o "$WORK/s3.thin" >>"$LOG" 2>&1
+say "pack: $(fmt "$(since "$T0")" 1) s"
+T0=$(now)
 [ -f "$WORK/s3q.thin" ] || "$BIN/thin-quant" -q --profile quality "$WORK/s3.thin" -o "$WORK/s3q.thin" >>"$LOG" 2>&1 || say "thin-quant failed: FP8 skipped"
+say "quant: $(fmt "$(since "$T0")" 1) s"
 ls -l "$WORK"/*.thin | tee -a "$LOG"
 
 PROMPT16="1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
 python3 -c "print(' '.join(str((i * 7919 + 11) % 128000) for i in range(512)))" >"$WORK/ids512.txt"
 echo "128000 791 6460 315 9822 374 12366 13 578 6864" >"$WORK/ids10.txt"
+RUN="$BIN/thin-run --no-verify --device cuda --ctx 1024"
 for m in s3 s3q; do
     [ -f "$WORK/$m.thin" ] || continue
     name=BF16; [ $m = s3q ] && name="FP8 quality"
-    say "-- $name: GPU vs CPU logits over 10 positions"
-    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --score "$WORK/ids10.txt" --out "$WORK/$m-g.f32" --device cuda --ctx 64 2>>"$LOG"
-    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --score "$WORK/ids10.txt" --out "$WORK/$m-c.f32" --device cpu --ctx 64 2>>"$LOG"
-    row "$name --score GPU vs CPU: min cos" "$(python3 -c "$CMP" "$WORK/$m-g.f32" "$WORK/$m-c.f32" 128256 2>&1)"
-    WB=$("$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "1" -n 1 -t 0 --json --device cuda --ctx 64 2>>"$LOG" | python3 -c "import json,sys;print(json.load(sys.stdin)['weight_bytes'])")
+    say "-- $name: decode 128 after 16"
+    $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-d.json" 2>>"$LOG"
+    D=$(jget "$WORK/$m-d.json" decode_tok_s)
+    WB=$(jget "$WORK/$m-d.json" weight_bytes)
     LIMIT=$(python3 -c "print(f'{float(\"$BW\") * 1e9 / float(\"$WB\"):.0f}')" 2>/dev/null)
     row "$name weight bytes / token" "$WB"
     row "$name bandwidth limit tok/s (copy bw / bytes)" "$LIMIT"
-    say "-- $name: decode 128 after 16"
-    for rep in 1 2; do
-        T0=$(now)
-        "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "$PROMPT16" -n 128 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-d$rep.json" 2>>"$LOG"
-        WALL=$(since "$T0")
-    done
-    THIN_CUDA_PDL=0 "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids "$PROMPT16" -n 128 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-nopdl.json" 2>>"$LOG"
-    row "$name decode tok/s without PDL (THIN_CUDA_PDL=0)" "$(fmt "$(jget "$WORK/$m-nopdl.json" decode_tok_s)" 1)"
-    D=$(jget "$WORK/$m-d2.json" decode_tok_s)
     row "$name decode tok/s (128 after 16)" "$(fmt "$D" 1) ($(python3 -c "print(f'{100*$D/$LIMIT:.0f}')" 2>/dev/null)% of limit)"
-    row "$name load s / ttft s (after load) / wall s" "$(fmt "$(jget "$WORK/$m-d2.json" load_s)" 2) / $(fmt "$(jget "$WORK/$m-d2.json" ttft_s)" 4) / $(fmt "$WALL" 2)"
-    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --ids-file "$WORK/ids512.txt" -n 1 -t 0 --json --device cuda --ctx 1024 >"$WORK/$m-p.json" 2>>"$LOG"
-    P=$(jget "$WORK/$m-p.json" prefill_tok_s)
-    row "$name prefill tok/s (512 tokens)" "$(fmt "$P" 0)"
-    cat "$WORK/$m-d2.json" | python3 -c "import json,sys;d=json.load(sys.stdin);d.pop('ids',None);d.pop('text',None);print(d)" >>"$LOG" 2>&1
+    row "$name load s / ttft s (after load)" "$(fmt "$(jget "$WORK/$m-d.json" load_s)" 2) / $(fmt "$(jget "$WORK/$m-d.json" ttft_s)" 4)"
+    THIN_CUDA_PDL=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nopdl.json" 2>>"$LOG"
+    row "$name decode tok/s without PDL (THIN_CUDA_PDL=0)" "$(fmt "$(jget "$WORK/$m-nopdl.json" decode_tok_s)" 1)"
+    THIN_CUDA_FUSE=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nofuse.json" 2>>"$LOG"
+    row "$name decode tok/s unfused (THIN_CUDA_FUSE=0)" "$(fmt "$(jget "$WORK/$m-nofuse.json" decode_tok_s)" 1)"
+    python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$WORK/$m-d.json" "$WORK/$m-nofuse.json" >"$WORK/same.txt" 2>&1
+    row "$name greedy ids fused = unfused" "$(cat "$WORK/same.txt")"
+    if [ "${PROFILE:-0}" = 1 ]; then
+        THIN_CUDA_PROFILE=1 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos -q >/dev/null 2>"$OUTDIR/profile-$m.txt"
+        THIN_CUDA_PROFILE=1 THIN_CUDA_FUSE=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos -q >/dev/null 2>"$OUTDIR/profile-$m-nofuse.txt"
+    fi
+    $RUN "$WORK/$m.thin" --ids-file "$WORK/ids512.txt" -n 1 -t 0 --json >"$WORK/$m-p.json" 2>>"$LOG"
+    row "$name prefill tok/s (512 tokens)" "$(fmt "$(jget "$WORK/$m-p.json" prefill_tok_s)" 0)"
+    say "-- $name: GPU vs CPU logits over 10 positions"
+    $RUN "$WORK/$m.thin" --score "$WORK/ids10.txt" --out "$WORK/$m-g.f32" 2>>"$LOG"
+    "$BIN/thin-run" "$WORK/$m.thin" --no-verify --score "$WORK/ids10.txt" --out "$WORK/$m-c.f32" --device cpu --ctx 64 2>>"$LOG"
+    row "$name --score GPU vs CPU: min cos" "$(python3 -c "$CMP" "$WORK/$m-g.f32" "$WORK/$m-c.f32" 128256 2>&1)"
+    python3 -c "import json,sys;d=json.load(open(sys.argv[1]));d.pop('ids',None);d.pop('text',None);print(d)" "$WORK/$m-d.json" >>"$LOG" 2>&1
 done
 
 if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
@@ -140,3 +157,8 @@ fi
 
 say "== table"
 cat "$TABLE"
+for f in "$OUTDIR"/profile-*.txt; do
+    [ -f "$f" ] || continue
+    echo "== $(basename "$f")"
+    grep -v "^ok\|^$" "$f" | tail -22
+done

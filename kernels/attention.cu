@@ -1,10 +1,15 @@
 /*
- * attention.cu — single-token GQA attention split over the sequence (flash-decoding).
+ * attention.cu — GQA attention of n rows split over the sequence (flash-decoding), row i attending
+ * positions 0..*pos+i. The split count is fixed per launch (so a CUDA graph can replay it); the
+ * positions per split follow *pos (at least ATTN_MIN_CHUNK), and splits past the end do nothing.
  *
- * Pass 1: block (head, split, row) scores its share of positions into shared memory, takes their
- * softmax maximum m and sum l, and writes the unnormalised weighted sum of V with (m, l).
- * Pass 2: block (head, row) combines the splits. The split count is fixed per session (so a CUDA
- * graph can replay it); the positions per split follow *pos, and empty splits write l = 0.
+ * Grouped kernel (BF16/F32 caches, head_dim/EPV lanes per position a power of two <= 32, at most 8
+ * query heads per KV head): block (KV head, split, row) loads each K and V row of its positions
+ * once with 16-byte loads and uses it for every query head of the group; scores and softmax stay
+ * in shared memory. With one active split it writes the output; else each split writes its
+ * unnormalised sum with (max, sum of exp), and the last split to finish (atomic counter per row and
+ * KV head, reset by that block) combines them.
+ * Generic kernels (any other shape): block (head, split, row) per query head, then a combine launch.
  * Query head h reads KV head h / (n_heads / n_kv). CPU twin: op_attention in ops_cpu.c.
  */
 #include "cuda_common.cuh"
@@ -107,7 +112,7 @@ __global__ void attn_combine_kernel(const attn_args a) {
     }
 }
 
-cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
+static cudaError_t launch_generic(const attn_args *a, uint32_t n, cudaStream_t st) {
     size_t smem = ((size_t)a->head_dim + a->chunk_max + ATTN_THREADS) * sizeof(float);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(attn_partial_kernel,
@@ -119,4 +124,288 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     dim3 g2(a->n_heads, n);
     return launch_k(attn_combine_kernel, dim3(g2), dim3(128), 0, st, *a);
+}
+
+/* ---- grouped kernel ---- */
+
+#define AG_THREADS 128
+#define AG_WARPS (AG_THREADS / 32)
+
+/* The EPV elements of 16 bytes of a KV row at element i, as floats (zeros when !ok). */
+template <int KDT>
+__device__ __forceinline__ void kv_vec(const void *c, size_t i, bool ok, float *f) {
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (ok) u = __ldcg((const uint4 *)((const uint8_t *)c + i * (KDT == THIN_DTYPE_BF16 ? 2 : 4)));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    if (KDT == THIN_DTYPE_BF16) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[2 * j] = __uint_as_float(w[j] << 16);
+            f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) f[j] = __uint_as_float(w[j]);
+    }
+}
+
+template <int KDT>
+struct kv_epv {
+    static constexpr int n = KDT == THIN_DTYPE_BF16 ? 8 : 4;
+};
+
+/* Where this block works: positions [start, end) of `npos`, `n_act` splits active. */
+struct ag_span {
+    uint32_t npos, chunk, n_act, start, end;
+};
+
+__device__ __forceinline__ ag_span ag_span_of(const attn_args &a, uint32_t row, uint32_t split) {
+    ag_span p;
+    p.npos = (uint32_t)(*a.pos) + row + 1;
+    p.chunk = (p.npos + a.n_splits - 1) / a.n_splits;
+    if (p.chunk < ATTN_MIN_CHUNK) p.chunk = ATTN_MIN_CHUNK;
+    p.n_act = (p.npos + p.chunk - 1) / p.chunk;
+    p.start = split * p.chunk;
+    p.end = min(p.npos, p.start + p.chunk);
+    return p;
+}
+
+/* Scores of the group's G query heads (q pre-loaded: qv[g] = this lane's EPV dims of head g) for
+ * the span's positions into sc[g * chunk_max + p - start]. Lanes j of LP per position; every lane
+ * of a warp runs the same trip count so the shuffles are full-warp. */
+template <int KDT, int GM>
+__device__ void ag_scores(const attn_args &a, const ag_span &sp, const float (&qv)[GM][kv_epv<KDT>::n],
+                          uint32_t G, size_t kvo, float *sc) {
+    constexpr int EPV = kv_epv<KDT>::n;
+    const uint32_t LP = a.head_dim / EPV, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t gpw = 32 / LP, ngrp = AG_WARPS * gpw, j = lane % LP;
+    const size_t kv_dim = (size_t)a.n_kv * a.head_dim;
+    const float scale = rsqrtf((float)a.head_dim);
+    for (uint32_t base = sp.start + warp * gpw; base < sp.end; base += 2 * ngrp) {
+        uint32_t p[2] = {base + lane / LP, base + ngrp + lane / LP};
+        float kf[2][EPV];
+#pragma unroll
+        for (int u = 0; u < 2; u++) kv_vec<KDT>(a.kcache, (size_t)p[u] * kv_dim + kvo, p[u] < sp.end, kf[u]);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPV; e++) s = fmaf(qv[g][e], kf[u][e], s);
+                for (uint32_t o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (j == 0 && p[u] < sp.end) sc[g * a.chunk_max + p[u] - sp.start] = s * scale;
+            }
+        }
+    }
+}
+
+/* Softmax of each head's scores in place (exp(s - m)); ml[2g] = m, ml[2g + 1] = sum. */
+__device__ void ag_softmax(const attn_args &a, uint32_t len, uint32_t G, float *sc, float *ml) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (uint32_t g = warp; g < G; g += AG_WARPS) {
+        float *x = sc + g * a.chunk_max;
+        float m = -INFINITY;
+        for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (uint32_t i = lane; i < len; i += 32) {
+            float e = expf(x[i] - m);
+            x[i] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) {
+            ml[2 * g] = m;
+            ml[2 * g + 1] = l;
+        }
+    }
+}
+
+/* Weighted sum of V over the span for every head of the group, reduced over the block into
+ * red[g * head_dim + d] (red: AG_WARPS × G × head_dim floats; the first G × head_dim hold it). */
+template <int KDT, int GM>
+__device__ void ag_values(const attn_args &a, const ag_span &sp, uint32_t G, size_t kvo,
+                          const float *sc, float *red) {
+    constexpr int EPV = kv_epv<KDT>::n;
+    const uint32_t LP = a.head_dim / EPV, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint32_t gpw = 32 / LP, ngrp = AG_WARPS * gpw, j = lane % LP, hd = a.head_dim;
+    const size_t kv_dim = (size_t)a.n_kv * hd;
+    float acc[GM][EPV];
+#pragma unroll
+    for (int g = 0; g < GM; g++)
+#pragma unroll
+        for (int e = 0; e < EPV; e++) acc[g][e] = 0.0f;
+    for (uint32_t base = sp.start + warp * gpw; base < sp.end; base += 2 * ngrp) {
+        uint32_t p[2] = {base + lane / LP, base + ngrp + lane / LP};
+        float vf[2][EPV];
+#pragma unroll
+        for (int u = 0; u < 2; u++) kv_vec<KDT>(a.vcache, (size_t)p[u] * kv_dim + kvo, p[u] < sp.end, vf[u]);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (p[u] >= sp.end) continue;
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                const float w = sc[g * a.chunk_max + p[u] - sp.start];
+#pragma unroll
+                for (int e = 0; e < EPV; e++) acc[g][e] = fmaf(w, vf[u][e], acc[g][e]);
+            }
+        }
+    }
+    for (uint32_t o = LP; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+#pragma unroll
+            for (int e = 0; e < EPV; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+    if (lane < LP)
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if ((uint32_t)g >= G) break;
+#pragma unroll
+            for (int e = 0; e < EPV; e++) red[(warp * G + g) * hd + j * EPV + e] = acc[g][e];
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        float t = red[i];
+        for (uint32_t w = 1; w < AG_WARPS; w++) t += red[w * G * hd + i];
+        red[i] = t; /* each i is read and written by one thread only */
+    }
+    __syncthreads();
+}
+
+/* The last split's block: combines the n_act partials of every head of the group into out. */
+__device__ void ag_combine(const attn_args &a, uint32_t row, uint32_t kh, uint32_t G, uint32_t n_act,
+                           float *wts) {
+    const uint32_t hd = a.head_dim, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t stride = hd + 2;
+    const float *part0 = a.partial + ((size_t)row * a.n_heads + (size_t)kh * G) * a.n_splits * stride;
+    for (uint32_t g = warp; g < G; g += AG_WARPS) {
+        const float *pg = part0 + (size_t)g * a.n_splits * stride;
+        float M = -INFINITY;
+        for (uint32_t s = lane; s < n_act; s += 32) M = fmaxf(M, __ldcg(pg + s * stride + hd));
+        M = warp_max(M);
+        float L = 0.0f;
+        for (uint32_t s = lane; s < n_act; s += 32)
+            L += __ldcg(pg + s * stride + hd + 1) * expf(__ldcg(pg + s * stride + hd) - M);
+        L = warp_sum(L);
+        for (uint32_t s = lane; s < n_act; s += 32)
+            wts[g * a.n_splits + s] = expf(__ldcg(pg + s * stride + hd) - M) / L;
+    }
+    __syncthreads();
+    float *out = a.out + (size_t)row * a.ldo + (size_t)kh * G * hd;
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const uint32_t g = i / hd, d = i % hd;
+        const float *pg = part0 + (size_t)g * a.n_splits * stride + d;
+        float o = 0.0f;
+        for (uint32_t s = 0; s < n_act; s++) o = fmaf(wts[g * a.n_splits + s], __ldcg(pg + s * stride), o);
+        out[i] = o;
+    }
+}
+
+template <int KDT, int GM>
+__global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args a) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float sm[];
+    __shared__ int last;
+    constexpr int EPV = kv_epv<KDT>::n;
+    const uint32_t kh = blockIdx.x, split = blockIdx.y, row = blockIdx.z, hd = a.head_dim;
+    const uint32_t G = a.n_heads / a.n_kv;
+    const ag_span sp = ag_span_of(a, row, split);
+    if (sp.start >= sp.end) return;
+    float *sc = sm, *red = sc + (size_t)G * a.chunk_max, *ml = red + (size_t)AG_WARPS * G * hd;
+    float *wts = ml + 2 * G;
+    const uint32_t j = (threadIdx.x & 31) % (hd / EPV);
+    float qv[GM][EPV];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if ((uint32_t)g >= G) break;
+        const float *q = a.q + (size_t)row * a.ldq + (size_t)(kh * G + g) * hd + j * EPV;
+#pragma unroll
+        for (int e = 0; e < EPV; e += 4) {
+            const float4 v = *(const float4 *)(q + e);
+            qv[g][e] = v.x, qv[g][e + 1] = v.y, qv[g][e + 2] = v.z, qv[g][e + 3] = v.w;
+        }
+    }
+    const size_t kvo = (size_t)kh * hd + j * EPV;
+    ag_scores<KDT, GM>(a, sp, qv, G, kvo, sc);
+    __syncthreads();
+    ag_softmax(a, sp.end - sp.start, G, sc, ml);
+    __syncthreads();
+    ag_values<KDT, GM>(a, sp, G, kvo, sc, red);
+    if (sp.n_act == 1) {
+        float *out = a.out + (size_t)row * a.ldo + (size_t)kh * G * hd;
+        for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) out[i] = red[i] / ml[2 * (i / hd) + 1];
+        return;
+    }
+    const size_t stride = hd + 2;
+    float *part = a.partial + ((size_t)row * a.n_heads + (size_t)kh * G) * a.n_splits * stride +
+                  (size_t)split * stride;
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x)
+        part[(size_t)(i / hd) * a.n_splits * stride + i % hd] = red[i];
+    if (threadIdx.x < G) {
+        part[(size_t)threadIdx.x * a.n_splits * stride + hd] = ml[2 * threadIdx.x];
+        part[(size_t)threadIdx.x * a.n_splits * stride + hd + 1] = ml[2 * threadIdx.x + 1];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int *cnt = a.counter + (size_t)row * a.n_kv + kh;
+        last = atomicAdd(cnt, 1u) == sp.n_act - 1;
+        if (last) *cnt = 0; /* every active split has counted: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    ag_combine(a, row, kh, G, sp.n_act, wts);
+}
+
+size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits) {
+    size_t grouped = (size_t)group * (chunk_max + AG_WARPS * head_dim + 2 + n_splits);
+    size_t generic = (size_t)head_dim + chunk_max + ATTN_THREADS;
+    return grouped > generic ? grouped : generic;
+}
+
+/* Max query heads per KV head of the grouped kernel instance, or 0 when the shape is unsupported. */
+static int group_max(const attn_args *a) {
+    if (a->kv_dtype != THIN_DTYPE_BF16 && a->kv_dtype != THIN_DTYPE_F32) return 0;
+    if (!a->counter || !a->n_kv || a->n_heads % a->n_kv) return 0;
+    const uint32_t epv = a->kv_dtype == THIN_DTYPE_BF16 ? 8 : 4;
+    if (a->head_dim % epv || a->head_dim / epv > 32) return 0;
+    const uint32_t lp = a->head_dim / epv;
+    if (lp & (lp - 1)) return 0;
+    const uint32_t g = a->n_heads / a->n_kv;
+    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : g <= 8 ? 8 : 0;
+}
+
+template <int KDT, int GM>
+static cudaError_t launch_group(const attn_args *a, uint32_t n, cudaStream_t st) {
+    const uint32_t g = a->n_heads / a->n_kv;
+    size_t smem = (size_t)g * (a->chunk_max + AG_WARPS * a->head_dim + 2 + a->n_splits) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attn_group_kernel<KDT, GM>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    return launch_k(attn_group_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits, n), dim3(AG_THREADS), smem,
+                    st, *a);
+}
+
+template <int KDT>
+static cudaError_t launch_group_dt(const attn_args *a, int gm, uint32_t n, cudaStream_t st) {
+    switch (gm) {
+    case 1: return launch_group<KDT, 1>(a, n, st);
+    case 2: return launch_group<KDT, 2>(a, n, st);
+    case 4: return launch_group<KDT, 4>(a, n, st);
+    default: return launch_group<KDT, 8>(a, n, st);
+    }
+}
+
+cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
+    const int gm = group_max(a);
+    if (!gm) return launch_generic(a, n, st);
+    if (a->kv_dtype == THIN_DTYPE_BF16) return launch_group_dt<THIN_DTYPE_BF16>(a, gm, n, st);
+    return launch_group_dt<THIN_DTYPE_F32>(a, gm, n, st);
 }

@@ -13,6 +13,8 @@
 #define MAX_BATCH 512u
 
 int thin_cuda_pdl = 1;
+int thin_cuda_fuse = 1;
+unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
     if (s) snprintf(s->err, sizeof s->err, "%s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
@@ -63,6 +65,23 @@ extern "C" int cuda_device_describe(char *buf, size_t len) {
     return 0;
 }
 
+/* Attention splits: `want` splits, fewer when the context is short (each at least ATTN_MIN_CHUNK
+ * positions), more when one split's scores would not fit in shared memory. */
+static void split_plan(const cuda_session *s, uint32_t want, uint32_t group, uint32_t head_dim,
+                       uint32_t *n_splits, uint32_t *chunk_max) {
+    uint32_t most = (s->max_ctx + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    uint32_t ns = want < most ? want : most;
+    if (ns < 1) ns = 1;
+    uint32_t cm = (s->max_ctx + ns - 1) / ns;
+    while (attn_smem_floats(head_dim, group, cm < ATTN_MIN_CHUNK ? ATTN_MIN_CHUNK : cm, ns) * 4 > 200 * 1024 &&
+           cm > ATTN_MIN_CHUNK) {
+        ns *= 2;
+        cm = (s->max_ctx + ns - 1) / ns;
+    }
+    *n_splits = ns;
+    *chunk_max = cm < ATTN_MIN_CHUNK ? ATTN_MIN_CHUNK : cm;
+}
+
 /* Buffers, KV caches and scratch. */
 static int alloc_state(cuda_session *s) {
     const plan *p = s->p;
@@ -86,30 +105,42 @@ static int alloc_state(cuda_session *s) {
         maxh = o->n_heads > maxh ? o->n_heads : maxh;
         maxhd = o->head_dim > maxhd ? o->head_dim : maxhd;
     }
-    uint32_t want = (2u * (uint32_t)s->n_sm + maxh - 1) / maxh;
-    uint32_t most = (s->max_ctx + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
-    s->n_splits = want < most ? want : most;
-    if (s->n_splits < 1) s->n_splits = 1;
-    s->chunk_max = (s->max_ctx + s->n_splits - 1) / s->n_splits;
-    while ((size_t)(s->chunk_max + maxhd + 128) * 4 > 200 * 1024) {
-        s->n_splits *= 2;
-        s->chunk_max = (s->max_ctx + s->n_splits - 1) / s->n_splits;
+    uint32_t maxg = 1, min_kv = UINT32_MAX;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        if (o->kind != PLAN_ATTENTION) continue;
+        maxg = o->n_heads / o->n_kv_heads > maxg ? o->n_heads / o->n_kv_heads : maxg;
+        min_kv = o->n_kv_heads < min_kv ? o->n_kv_heads : min_kv;
     }
-    if (s->chunk_max < ATTN_MIN_CHUNK) s->chunk_max = ATTN_MIN_CHUNK;
+    if (min_kv == UINT32_MAX) min_kv = 1;
+    /* Several rows: about two blocks per SM over the query heads. One row: about two blocks per SM
+     * over the KV heads (the grouped kernel), each split at least ATTN_MIN_CHUNK positions. */
+    split_plan(s, (2u * (uint32_t)s->n_sm + maxh - 1) / maxh, maxg, maxhd, &s->n_splits, &s->chunk_max);
+    if (thin_cuda_fuse)
+        split_plan(s, (2u * (uint32_t)s->n_sm + min_kv - 1) / min_kv, maxg, maxhd, &s->dec_splits, &s->dec_chunk);
+    else
+        s->dec_splits = s->n_splits, s->dec_chunk = s->chunk_max;
     size_t part = (size_t)s->max_batch * maxh * s->n_splits * (maxhd + 2) * sizeof(float);
+    size_t part1 = (size_t)maxh * s->dec_splits * (maxhd + 2) * sizeof(float);
+    if (part1 > part) part = part1;
+    size_t ncnt = (size_t)s->max_batch * maxh;
     uint32_t vocab = (uint32_t)p->buf_sizes[p->logits_buf];
     if (cuda_alloc(s, (void **)&s->d_attnpart, part) ||
-        cuda_alloc(s, (void **)&s->d_tokens, s->max_batch * sizeof(int32_t)) ||
-        cuda_alloc(s, (void **)&s->d_pos, sizeof(int32_t)) ||
+        cuda_alloc(s, (void **)&s->d_attncnt, ncnt * sizeof(unsigned int)) ||
+        cuda_alloc(s, (void **)&s->d_io, (s->max_batch + 1) * sizeof(int32_t)) ||
         cuda_alloc(s, (void **)&s->d_argmax, s->max_batch * sizeof(int32_t)) ||
         cuda_alloc(s, (void **)&s->d_argpart, (size_t)s->max_batch * ARGMAX_PARTS * sizeof(float2)) ||
         cuda_alloc(s, (void **)&s->d_stats, 2 * sizeof(float)) ||
         cuda_alloc(s, (void **)&s->d_cand, (size_t)vocab * sizeof(float2)) ||
         cuda_alloc(s, (void **)&s->d_count, sizeof(unsigned int)))
         return -1;
-    CK(s, cudaMemset(s->d_tokens, 0, s->max_batch * sizeof(int32_t)));
-    CK(s, cudaMemset(s->d_pos, 0, sizeof(int32_t)));
-    CK(s, cudaHostAlloc((void **)&s->h_io, (s->max_batch + 2) * sizeof(int32_t), cudaHostAllocDefault));
+    s->d_pos = s->d_io;
+    s->d_tokens = s->d_io + 1;
+    CK(s, cudaMemset(s->d_attncnt, 0, ncnt * sizeof(unsigned int)));
+    CK(s, cudaMemset(s->d_io, 0, (s->max_batch + 1) * sizeof(int32_t)));
+    CK(s, cudaHostAlloc((void **)&s->h_io, (2 * (size_t)s->max_batch + 1) * sizeof(int32_t),
+                        cudaHostAllocDefault));
+    s->h_am = s->h_io + 1 + s->max_batch;
     return 0;
 }
 
@@ -145,6 +176,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (check_plan(s, max_ctx)) return -1;
     const char *pdl = getenv("THIN_CUDA_PDL");
     thin_cuda_pdl = !(pdl && strcmp(pdl, "0") == 0);
+    const char *fuse = getenv("THIN_CUDA_FUSE");
+    thin_cuda_fuse = !(fuse && strcmp(fuse, "0") == 0);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));
@@ -159,6 +192,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (!s->op_w || !s->op_freq || !s->op_kc || !s->op_vc || !s->buf) return cuda_failf(s, "out of memory");
     for (uint32_t i = 0; i < n; i++) s->op_w[i] = -1;
     if (upload_weights(s) || upload_rope_tables(s) || alloc_state(s) || compile_steps(s)) return -1;
+    if (prof_init(s)) return -1;
     return warm_up(s);
 }
 
@@ -183,6 +217,8 @@ extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t m
 extern "C" void cuda_session_free(cuda_session *s) {
     if (!s) return;
     if (s->st) cudaStreamSynchronize(s->st);
+    prof_report(s);
+    prof_free(s);
     if (s->graph_ready) cudaGraphExecDestroy(s->graph);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
@@ -198,29 +234,47 @@ extern "C" void cuda_session_free(cuda_session *s) {
     free(s);
 }
 
+/* One decode token through the graph; with the profile, timed (graph events, host clock) and
+ * then run again eagerly step by step. */
+static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
+    double t0 = s->prof ? prof_now_us() : 0.0;
+    s->h_io[0] = (int32_t)pos;
+    s->h_io[1] = token;
+    if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
+    if (exec_decode_graph(s)) return -1;
+    if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 1), s->st));
+    if (!s->prof) return 0;
+    CK(s, cudaStreamSynchronize(s->st));
+    double wall = prof_now_us() - t0;
+    float ms = 0.0f;
+    CK(s, cudaEventElapsedTime(&ms, prof_graph_event(s, 0), prof_graph_event(s, 1)));
+    return prof_decode(s, 1e3 * ms, wall);
+}
+
 /* One chunk of at most max_batch rows starting at position pos. */
 static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
                          float *logits, int32_t *argmax) {
     const plan *p = s->p;
     const int lb = p->logits_buf;
     const uint32_t vocab = (uint32_t)p->buf_sizes[lb];
-    s->h_io[0] = (int32_t)pos;
-    memcpy(s->h_io + 1, tokens, n * sizeof(int32_t));
-    CK(s, cudaMemcpyAsync(s->d_pos, s->h_io, sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
-    CK(s, cudaMemcpyAsync(s->d_tokens, s->h_io + 1, n * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
+    s->cur_pos = pos;
     if (n == 1) {
-        if (exec_decode_graph(s)) return -1;
+        if (forward_one(s, tokens[0], pos)) return -1;
     } else {
+        s->h_io[0] = (int32_t)pos;
+        memcpy(s->h_io + 1, tokens, n * sizeof(int32_t));
+        CK(s, cudaMemcpyAsync(s->d_io, s->h_io, (n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
         if (exec_steps(s, n, !logits && !argmax)) return -1;
-        if (argmax) CK(s, launch_argmax(s->d_argmax, s->buf[lb], vocab, vocab, n, s->d_argpart, s->st));
+        if (argmax) {
+            CK(s, launch_argmax(s->d_argmax, s->buf[lb], vocab, vocab, n, s->d_argpart, s->st));
+            CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+        }
     }
     if (logits)
         CK(s, cudaMemcpyAsync(logits, s->buf[lb], (size_t)n * vocab * sizeof(float),
                               cudaMemcpyDeviceToHost, s->st));
-    if (argmax)
-        CK(s, cudaMemcpyAsync(s->h_io + 1, s->d_argmax, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
-    if (argmax) memcpy(argmax, s->h_io + 1, n * sizeof(int32_t));
+    if (argmax) memcpy(argmax, s->h_am, n * sizeof(int32_t));
     s->last_row = n - 1;
     return 0;
 }
@@ -297,9 +351,9 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         return cuda_failf(s, "sampling parameters out of range");
     if (temperature == 0.0f) {
         CK(s, launch_argmax(s->d_argmax, row, vocab, vocab, 1, s->d_argpart, s->st));
-        CK(s, cudaMemcpyAsync(s->h_io, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+        CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
-        *token = s->h_io[0];
+        *token = s->h_am[0];
         return 0;
     }
     float cutoff = 0.0f;

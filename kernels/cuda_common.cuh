@@ -59,6 +59,12 @@ __device__ __forceinline__ float load_elem(const void *p, int dt, uint64_t i) {
     }
 }
 
+/* Stores v as element i of a KV cache of dtype dt (BF16 rounded to nearest even, or F32). */
+__device__ __forceinline__ void store_kv(void *cache, int dt, size_t i, float v) {
+    if (dt == THIN_DTYPE_BF16) ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(v);
+    else ((float *)cache)[i] = v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -101,6 +107,11 @@ __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g));
  * (pdl_wait) before it reads or writes anything they touch; only read-only weights are loaded
  * before the wait. thin_cuda_pdl = 0 (env THIN_CUDA_PDL=0) launches plainly. */
 extern int thin_cuda_pdl;
+/* thin_cuda_fuse = 0 (env THIN_CUDA_FUSE=0): no rope/KV-store epilogue in the q, k, v matvec and
+ * the per-head attention kernels with a separate combine (for comparisons). */
+extern int thin_cuda_fuse;
+/* Kernel launches made through launch_k since the process started (for the profile). */
+extern unsigned long long thin_cuda_launches;
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,6 +140,7 @@ static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t s
         cfg.attrs = at;
         cfg.numAttrs = 1;
     }
+    thin_cuda_launches++;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -136,10 +148,14 @@ static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t s
 /* ---- launchers (one family per .cu file) ---- */
 
 /* Matrix-vector products for one token (matvec.cu). Up to three weights sharing the input are
- * run as one launch over their concatenated rows. */
+ * run as one launch over their concatenated rows. With rope set (the q, k, v projections of a
+ * layer), each warp computes rows i and i + head_dim/2 of one head, rotates them in registers when
+ * the segment has a frequency table, and also stores them into the segment's KV cache at *pos. */
 struct mv_seg {
     dmat w;
-    float *out; /* w.rows floats */
+    float *out;          /* w.rows floats */
+    const double *freq;  /* rope: head_dim/2 inverse frequencies, or NULL (no rotation) */
+    void *cache;         /* rope: [ctx][w.rows] KV cache of kv_dtype, or NULL (q) */
 };
 struct mv_args {
     mv_seg seg[3];
@@ -150,6 +166,10 @@ struct mv_args {
     float eps;
     float *resid;        /* nseg 1: resid[r] += y[r] as well, or NULL */
     int pair;            /* seg0 = gate, seg1 = up: out0 = silu(g) * u, out1 = u */
+    int rope;            /* row-pair epilogue above; every segment's rows a multiple of head_dim */
+    uint32_t head_dim;   /* rope */
+    int kv_dtype;        /* rope: BF16 or F32 */
+    const int32_t *pos;  /* rope: device position of the token */
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 
@@ -200,11 +220,14 @@ struct attn_args {
     uint32_t n_splits;   /* splits of the sequence (blocks per head) */
     uint32_t chunk_max;  /* largest positions per split (scores in shared memory) */
     float *partial;      /* n × n_heads × n_splits × (head_dim + 2) floats */
+    unsigned int *counter; /* n × n_kv zeros: splits done per (row, KV head); left at zero */
     const int32_t *pos;
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u
+/* Shared-memory floats the attention launch needs for head group g (query heads per KV head). */
+size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits);
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

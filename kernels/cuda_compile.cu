@@ -8,6 +8,8 @@
  *   linear(a → h); add(h → x)                                      residual added in the epilogue
  *   [rmsnorm(x → h);] linear(h → g); linear(h → u); silu_mul(u → g)  gate and up rows side by side
  *   rope(q); rope(k); attention(q, k, v)                            one rope + KV store launch
+ *   linear q, k, v (as above) followed by that attention step        for one row (decode), rope and
+ *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
  */
 #include <string.h>
 
@@ -72,6 +74,7 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
     st->norm_op = -1;
     st->add_op = -1;
     st->rope_q = st->rope_k = -1;
+    st->attn_step = -1;
     st->lin[0] = (int)i;
     st->nseg = 1;
     uint32_t j = i + 1;
@@ -106,7 +109,7 @@ static void plain_step(step *st, step_kind k, int op) {
     memset(st, 0, sizeof *st);
     st->kind = k;
     st->op = op;
-    st->norm_op = st->add_op = st->rope_q = st->rope_k = -1;
+    st->norm_op = st->add_op = st->rope_q = st->rope_k = st->attn_step = -1;
 }
 
 /* Absorbs rope ops i.. into the attention op that follows them; returns ops consumed or 0. */
@@ -127,6 +130,35 @@ static uint32_t group_attention(const plan *p, uint32_t i, step *st) {
     st->rope_q = rq;
     st->rope_k = rk;
     return j - i + 1;
+}
+
+/* Whether linear step l (q, k, v) can do the rope and KV store of attention step a for one row:
+ * its outputs are the attention's q, k, v, whole heads on each side, a supported KV dtype. */
+static int qkv_fusable(const cuda_session *s, const step *l, const step *a) {
+    const plan *p = s->p;
+    if (l->kind != STEP_LINEAR || a->kind != STEP_ATTN || l->nseg != 3 || l->pair || l->add_op >= 0)
+        return 0;
+    const plan_op *at = &p->ops[a->op];
+    const int bufs[3] = {at->q, at->k, at->v};
+    const uint32_t heads[3] = {at->n_heads, at->n_kv_heads, at->n_kv_heads};
+    if (at->head_dim < 2 || at->head_dim % 2) return 0;
+    if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32) return 0;
+    for (int k = 0; k < 3; k++) {
+        const dmat *w = &s->w[s->op_w[l->lin[k]]];
+        if (p->ops[l->lin[k]].out != bufs[k] || w->rows != (uint64_t)heads[k] * at->head_dim ||
+            w->row0 % at->head_dim)
+            return 0;
+    }
+    return 1;
+}
+
+/* Marks every (q, k, v linear, attention) pair of steps for the fused decode epilogue. */
+static void fuse_qkv_rope(cuda_session *s) {
+    for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
+        if (!qkv_fusable(s, &s->steps[i], &s->steps[i + 1])) continue;
+        s->steps[i].attn_step = (int)i + 1;
+        s->steps[i + 1].kv_fused = 1;
+    }
 }
 
 int compile_steps(cuda_session *s) {
@@ -173,5 +205,6 @@ int compile_steps(cuda_session *s) {
         s->n_steps++;
         i += used;
     }
+    if (thin_cuda_fuse) fuse_qkv_rope(s);
     return 0;
 }

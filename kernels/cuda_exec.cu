@@ -1,9 +1,10 @@
 /*
  * cuda_exec.cu — runs the compiled steps for n rows (row i at position *d_pos + i).
  *
- * One row (decode): every linear group is one matvec launch with its fusions, and the whole step
- * list plus the argmax is captured once into a CUDA graph that reads the position from the device,
- * so each token replays the same graph. Several rows (prefill): linears run as tensor-core GEMMs
+ * One row (decode): every linear group is one matvec launch with its fusions (the q, k, v group
+ * also rotates q and k and stores k and v into the cache), and the whole step list plus the argmax
+ * is captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
+ * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
  * as their batched kernels.
  */
@@ -14,8 +15,22 @@ static inline float *row_of(const cuda_session *s, int b, uint32_t r) {
     return s->buf[b] + (size_t)r * ld_of(s, b);
 }
 
-/* The matvec of a linear group for one row r. */
-static int linear_row(cuda_session *s, const step *st, uint32_t r) {
+/* The rope and KV-store epilogue of a q, k, v group (step attn_step's rope ops and caches). */
+static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
+    const step *at = &s->steps[st->attn_step];
+    const plan_op *o = &s->p->ops[at->op];
+    a->rope = 1;
+    a->head_dim = o->head_dim;
+    a->kv_dtype = s->p->kv_dtype;
+    a->pos = s->d_pos;
+    a->seg[0].freq = at->rope_q >= 0 ? s->op_freq[at->rope_q] : NULL;
+    a->seg[1].freq = at->rope_k >= 0 ? s->op_freq[at->rope_k] : NULL;
+    a->seg[1].cache = s->op_kc[at->op];
+    a->seg[2].cache = s->op_vc[at->op];
+}
+
+/* The matvec of a linear group for one row r; fuse: the decode's rope epilogue when planned. */
+static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
     const plan *p = s->p;
     mv_args a;
     memset(&a, 0, sizeof a);
@@ -38,6 +53,7 @@ static int linear_row(cuda_session *s, const step *st, uint32_t r) {
         a.x = row_of(s, o0->in, r);
     }
     if (st->add_op >= 0) a.resid = row_of(s, p->ops[st->add_op].out, r);
+    if (fuse && st->attn_step >= 0) rope_epilogue(s, st, &a);
     CK(s, launch_matvec(&a, s->n_sm, s->st));
     return 0;
 }
@@ -54,7 +70,7 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
         if (lm_last && p->ops[st->lin[k]].out == p->logits_buf) r0 = n - 1;
     if (n - r0 == 1 || !gemmable(&s->w[s->op_w[st->lin[0]]])) {
         for (uint32_t r = r0; r < n; r++)
-            if (linear_row(s, st, r)) return -1;
+            if (linear_row(s, st, r, n == 1)) return -1;
         return 0;
     }
     int in = p->ops[st->lin[0]].in;
@@ -103,7 +119,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.kv_dtype = p->kv_dtype;
     r.head_dim = a->head_dim;
     r.pos = s->d_pos;
-    CK(s, launch_rope_store(&r, n, s->st));
+    if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
     memset(&t, 0, sizeof t);
     t.q = r.q;
@@ -116,9 +132,10 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.n_heads = a->n_heads;
     t.n_kv = a->n_kv_heads;
     t.head_dim = a->head_dim;
-    t.n_splits = s->n_splits;
-    t.chunk_max = s->chunk_max;
+    t.n_splits = n == 1 ? s->dec_splits : s->n_splits;
+    t.chunk_max = n == 1 ? s->dec_chunk : s->chunk_max;
     t.partial = s->d_attnpart;
+    t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.pos = s->d_pos;
     CK(s, launch_attention(&t, n, s->st));
     return 0;
@@ -170,6 +187,12 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     return cuda_failf(s, "internal: unknown step kind %d", (int)st->kind);
 }
 
+int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n) {
+    for (uint32_t i = from; i < to && i < s->n_steps; i++)
+        if (run_step(s, &s->steps[i], n, 0)) return -1;
+    return 0;
+}
+
 int exec_steps(cuda_session *s, uint32_t n, int lm_last) {
     for (uint32_t i = 0; i < s->n_steps; i++)
         if (run_step(s, &s->steps[i], n, lm_last)) return -1;
@@ -178,15 +201,17 @@ int exec_steps(cuda_session *s, uint32_t n, int lm_last) {
 
 static int capture(cuda_session *s) {
     CK(s, cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
-    int rc = exec_steps(s, 1, 0);
+    cudaError_t e = cudaMemcpyAsync(s->d_io, s->h_io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, s->st);
+    int rc = e == cudaSuccess ? exec_steps(s, 1, 0) : cuda_fail(s, __FILE__, __LINE__, "cudaMemcpyAsync", e);
     if (rc == 0) {
         int lb = s->p->logits_buf;
-        cudaError_t e = launch_argmax(s->d_argmax, s->buf[lb], ld_of(s, lb), ld_of(s, lb), 1,
-                                      s->d_argpart, s->st);
+        e = launch_argmax(s->d_argmax, s->buf[lb], ld_of(s, lb), ld_of(s, lb), 1, s->d_argpart, s->st);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st);
         if (e != cudaSuccess) rc = cuda_fail(s, __FILE__, __LINE__, "launch_argmax", e);
     }
     cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(s->st, &g);
+    e = cudaStreamEndCapture(s->st, &g);
     if (rc) {
         if (e == cudaSuccess && g) cudaGraphDestroy(g);
         return -1;

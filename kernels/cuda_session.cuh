@@ -40,7 +40,12 @@ typedef struct step {
     int pair;      /* LINEAR: lin[0] = gate, lin[1] = up, then silu_mul into gate's output */
     int add_op;    /* LINEAR (nseg 1): fused ADD op, or -1 */
     int rope_q, rope_k; /* ATTN: absorbed ROPE ops, or -1 */
+    int attn_step;      /* LINEAR (q, k, v): decode runs that ATTN step's rope and KV store in
+                           its epilogue; -1 when not fused */
+    int kv_fused;       /* ATTN: decode gets rope and KV store from the preceding LINEAR step */
 } step;
+
+typedef struct cuda_prof cuda_prof;
 
 /* Pinned staging for weight uploads: NSTAGE buffers cycled, each guarded by an event. */
 #define NSTAGE 3
@@ -69,20 +74,27 @@ struct cuda_session {
     step *steps;
     uint32_t n_steps;
     /* scratch */
-    int32_t *d_tokens;      /* max_batch */
-    int32_t *d_pos;         /* 1 */
+    int32_t *d_io;          /* 1 + max_batch: the position, then the tokens */
+    int32_t *d_tokens;      /* d_io + 1 */
+    int32_t *d_pos;         /* d_io */
     int32_t *d_argmax;      /* max_batch */
     float2 *d_argpart;      /* max_batch × ARGMAX_PARTS */
-    float *d_attnpart;      /* max_batch × n_heads × n_splits × (head_dim + 2) */
-    uint32_t n_splits, chunk_max;
+    float *d_attnpart;      /* max_batch × n_heads × n_splits × (head_dim + 2), or the decode's
+                               n_heads × dec_splits × (head_dim + 2) when larger */
+    unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
+    uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
+    uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     float *d_stats;         /* 2 */
     float2 *d_cand;         /* vocab */
     unsigned int *d_count;  /* 1 */
-    int32_t *h_io;          /* pinned: [0] pos, [1..] tokens / argmax */
+    int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
+    int32_t *h_am;          /* h_io + 1 + max_batch */
     /* the decode step captured as a graph */
     cudaGraphExec_t graph;
     int graph_ready;
     uint32_t last_row;      /* row of the logits buffer that forward left last */
+    uint32_t cur_pos;       /* position of the last forward's first row */
+    cuda_prof *prof;        /* env THIN_CUDA_PROFILE=1: decode timings, or NULL */
     /* device allocations to free */
     void **allocs;
     uint32_t n_allocs, cap_allocs;
@@ -104,7 +116,25 @@ int compile_steps(cuda_session *s);
 /* cuda_exec.cu: runs every step for n rows (row 0 at *d_pos); lm_last: the linear into the logits
  * buffer runs for the last row only. */
 int exec_steps(cuda_session *s, uint32_t n, int lm_last);
-/* Runs the decode step (n = 1) through the captured graph (capturing it on first use). */
+/* Runs steps [from, to) for n rows (no lm_last). */
+int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n);
+/* Runs the decode step (n = 1) through the captured graph (capturing it on first use): the graph
+ * copies h_io[0..2) (position, token) to the device, runs the steps and the argmax, and copies
+ * the argmax id to h_am[0]. */
 int exec_decode_graph(cuda_session *s);
+
+/* cuda_profile.cu (env THIN_CUDA_PROFILE=1). prof_init: allocates the profile when the variable
+ * is set. prof_decode: after a decode token, runs the same step again eagerly (the same position
+ * and token, so the state does not change) with events between the steps and adds up the times;
+ * graph_us and wall_us are the token's graph time (events) and host time of the forward.
+ * prof_report: prints the table to stderr. prof_free: releases it. */
+int prof_init(cuda_session *s);
+int prof_decode(cuda_session *s, double graph_us, double wall_us);
+void prof_report(const cuda_session *s);
+void prof_free(cuda_session *s);
+/* Host monotonic clock in microseconds. */
+double prof_now_us(void);
+/* The profile's graph events (NULL when not profiling). */
+cudaEvent_t prof_graph_event(const cuda_session *s, int end);
 
 #endif /* THIN_CUDA_SESSION_CUH */

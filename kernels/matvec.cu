@@ -1,7 +1,8 @@
 /*
  * matvec.cu — y = W x for one token, the decode step's bandwidth-bound core.
  *
- * One warp per output row (two rows for the fused gate/up pair), 16-byte weight loads with up to
+ * One warp per output row (two rows for the fused gate/up pair, or rows i and i + head_dim/2 of a
+ * head for the q, k, v group with the rope and KV-store epilogue), 16-byte weight loads with up to
  * MV_UNROLL of them in flight per lane before the first use, F32 accumulation, streaming cache hint
  * (weights are read once per token). The input vector is staged once per block in shared memory as
  * F32, optionally through a fused RMSNorm; epilogues add the residual or apply the SiLU gate.
@@ -118,26 +119,67 @@ __device__ __forceinline__ const uint4 *row_ptr(const dmat &w, uint32_t r) {
     return (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
 }
 
-/* Row pointers of logical row r: the pair's gate and up rows, or the segment's row (*seg, *rr). */
+/* Row pointers of logical row (unit) r: the pair's gate and up rows; with rope, rows a and
+ * a + head_dim/2 of one head of segment *seg; else the segment's row. *rr: row a in the segment. */
 template <int NR>
 __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint4 **rows, int *seg,
                                         uint32_t *rr) {
-    if (NR == 2) {
-        rows[0] = row_ptr(a.seg[0].w, r);
-        rows[1] = row_ptr(a.seg[1].w, r);
-        *seg = 0;
-        *rr = r;
-        return;
-    }
     int s = 0;
-    while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s++].w.rows;
-    rows[0] = row_ptr(a.seg[s].w, r);
-    *seg = s;
-    *rr = r;
+    if constexpr (NR == 2) {
+        uint32_t row = r, off = 0;
+        if (a.rope) {
+            const uint32_t half = a.head_dim / 2;
+            while (s + 1 < a.nseg && r >= a.seg[s].w.rows / 2) r -= a.seg[s++].w.rows / 2;
+            row = (r / half) * a.head_dim + r % half;
+            off = half;
+        }
+        rows[0] = row_ptr(a.seg[s].w, row);
+        rows[1] = a.rope ? row_ptr(a.seg[s].w, row + off) : row_ptr(a.seg[1].w, row);
+        *seg = s;
+        *rr = row;
+    } else {
+        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s++].w.rows;
+        rows[0] = row_ptr(a.seg[s].w, r);
+        *seg = s;
+        *rr = r;
+    }
+}
+
+/* Rope epilogue: rows (rr, rr + half) of segment s, rotated by the angle of their index within
+ * the head at *pos (as op_rope), written out and into the segment's cache row *pos. */
+template <int DT>
+__device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1) {
+    const mv_seg &g = a.seg[s];
+    const uint32_t half = a.head_dim / 2;
+    if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) {
+        x0 *= g.w.scale[rr];
+        x1 *= g.w.scale[rr + half];
+    }
+    const int32_t pos = *a.pos;
+    float y0 = x0, y1 = x1;
+    if (g.freq) {
+        const uint32_t i = (uint32_t)((g.w.row0 + rr) % a.head_dim);
+        double sn, cs;
+        sincos((double)pos * g.freq[i], &sn, &cs);
+        const float c = (float)cs, sf = (float)sn;
+        y0 = x0 * c - x1 * sf;
+        y1 = x0 * sf + x1 * c;
+    }
+    g.out[rr] = y0;
+    g.out[rr + half] = y1;
+    if (g.cache) {
+        const size_t o = (size_t)pos * g.w.rows + rr;
+        store_kv(g.cache, a.kv_dtype, o, y0);
+        store_kv(g.cache, a.kv_dtype, o + half, y1);
+    }
 }
 
 template <int DT, int NR>
 __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc) {
+    if (NR == 2 && a.rope) {
+        store_rope<DT>(a, s, rr, acc[0], acc[1]);
+        return;
+    }
     if (NR == 2) {
         float g = acc[0], u = acc[1];
         if (DT == THIN_DTYPE_F8_E4M3) {
@@ -200,14 +242,14 @@ __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(const mv_args a, 
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
-    if (a.pair) matvec_body<DT, 2>(a, total, xs, red);
+    if (a.pair || a.rope) matvec_body<DT, 2>(a, total, xs, red);
     else matvec_body<DT, 1>(a, total, xs, red);
 }
 
 template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
-    for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows;
+    for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT>,

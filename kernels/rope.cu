@@ -14,14 +14,6 @@ __device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double 
     x[i + half] = x0 * sf + x1 * cf;
 }
 
-__device__ __forceinline__ void store_kv(void *cache, int dt, size_t i, float v) {
-    if (dt == THIN_DTYPE_BF16) {
-        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(v);
-    } else {
-        ((float *)cache)[i] = v;
-    }
-}
-
 /* One block per row. */
 __global__ void rope_store_kernel(const rope_args a) {
     pdl_trigger();
