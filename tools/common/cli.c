@@ -61,6 +61,17 @@ int cli_usage_error(const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+int cli_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 int cli_parse_size(const char *s, uint64_t *out)
 {
     if (!s || !*s)

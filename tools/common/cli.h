@@ -28,6 +28,10 @@ int cli_quiet(void);
 /* Prints "PROG: message" and "Try 'PROG --help'." to stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Formats a message into err (capacity errlen; both may be 0/NULL) and returns -1, for parsers
+ * that report errors through a caller's buffer. */
+int cli_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Parses a byte size with an optional K/M/G suffix (powers of 1024). Returns 0 or -1. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a whole number in [lo, hi]. Returns 0 or -1. */

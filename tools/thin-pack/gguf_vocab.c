@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "cli.h"
 
 typedef struct cur {
     const uint8_t *p;
@@ -76,16 +77,6 @@ static int skip_value(cur *c, uint32_t type, uint64_t *count, uint32_t *item_typ
     return take(c, NULL, (size_t)(n * s));
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 int gguf_is_gguf(const void *data, size_t size)
 {
@@ -98,30 +89,30 @@ int gguf_vocab_check(const void *data, size_t size, uint64_t *n_tokens, char *er
     uint32_t version;
     uint64_t n_tensors, n_kv;
     if (!gguf_is_gguf(data, size))
-        return fail(err, errlen, "not a GGUF file (no GGUF magic)");
+        return cli_fail(err, errlen, "not a GGUF file (no GGUF magic)");
     take(&c, NULL, 4);
     if (u32(&c, &version) || u64(&c, &n_tensors) || u64(&c, &n_kv))
-        return fail(err, errlen, "GGUF header truncated");
+        return cli_fail(err, errlen, "GGUF header truncated");
     if (version < 2 || version > 3)
-        return fail(err, errlen, "GGUF version %u not supported (2 or 3)", version);
+        return cli_fail(err, errlen, "GGUF version %u not supported (2 or 3)", version);
     int found = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
         uint64_t klen, count = 0;
         uint32_t type, item = 0;
         if (u64(&c, &klen) || klen > c.left || klen > 65535)
-            return fail(err, errlen, "GGUF key %llu: bad key length", (unsigned long long)i);
+            return cli_fail(err, errlen, "GGUF key %llu: bad key length", (unsigned long long)i);
         const char *key = (const char *)c.p;
         take(&c, NULL, (size_t)klen);
         if (u32(&c, &type) || skip_value(&c, type, &count, &item))
-            return fail(err, errlen, "GGUF key '%.*s': bad or truncated value", (int)klen, key);
+            return cli_fail(err, errlen, "GGUF key '%.*s': bad or truncated value", (int)klen, key);
         if (klen == 21 && memcmp(key, "tokenizer.ggml.tokens", 21) == 0) {
             if (type != 9 || item != 8)
-                return fail(err, errlen, "GGUF tokenizer.ggml.tokens is not an array of strings");
+                return cli_fail(err, errlen, "GGUF tokenizer.ggml.tokens is not an array of strings");
             *n_tokens = count;
             found = 1;
         }
     }
     if (!found)
-        return fail(err, errlen, "GGUF file has no tokenizer.ggml.tokens");
+        return cli_fail(err, errlen, "GGUF file has no tokenizer.ggml.tokens");
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cli.h"
 
 static const struct {
     const char *name;
@@ -38,16 +39,6 @@ size_t st_dtype_size(thin_dtype t)
     return 0;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -62,13 +53,13 @@ int st_parse_prefix(const uint8_t prefix[8], uint64_t file_size, uint64_t *heade
 {
     uint64_t n = le64(prefix);
     if (n > ST_MAX_HEADER)
-        return fail(err, errlen, "header length %llu exceeds the %llu-byte limit",
+        return cli_fail(err, errlen, "header length %llu exceeds the %llu-byte limit",
                     (unsigned long long)n, ST_MAX_HEADER);
     if (n < 2)
-        return fail(err, errlen, "header length %llu is too small for a JSON object",
+        return cli_fail(err, errlen, "header length %llu is too small for a JSON object",
                     (unsigned long long)n);
     if (file_size != ST_SIZE_UNKNOWN && n > file_size - 8)
-        return fail(err, errlen, "truncated: header length %llu but only %llu bytes follow",
+        return cli_fail(err, errlen, "truncated: header length %llu but only %llu bytes follow",
                     (unsigned long long)n, (unsigned long long)(file_size - 8));
     *header_len = n;
     return 0;
@@ -126,10 +117,10 @@ static int parse_metadata(const json_t *m, const char *label, char *err, size_t 
     const char *k;
     const json_t *v;
     if (!json_is_object(m))
-        return fail(err, errlen, "%s: __metadata__ is not an object", label);
+        return cli_fail(err, errlen, "%s: __metadata__ is not an object", label);
     json_object_foreach((json_t *)m, k, v)
         if (!json_is_string(v))
-            return fail(err, errlen, "%s: __metadata__ member '%s' is not a string", label, k);
+            return cli_fail(err, errlen, "%s: __metadata__ member '%s' is not a string", label, k);
     return 0;
 }
 
@@ -138,54 +129,54 @@ static int parse_tensor(const char *name, const json_t *v, const char *label, st
                         char *err, size_t errlen)
 {
     if (strlen(name) == 0 || strlen(name) > THIN_MAX_NAME)
-        return fail(err, errlen, "%s: tensor name of %zu bytes (must be 1..%d)", label,
+        return cli_fail(err, errlen, "%s: tensor name of %zu bytes (must be 1..%d)", label,
                     strlen(name), THIN_MAX_NAME);
     if (!json_is_object(v))
-        return fail(err, errlen, "%s: tensor '%s': description is not an object", label, name);
+        return cli_fail(err, errlen, "%s: tensor '%s': description is not an object", label, name);
     const char *k;
     const json_t *m;
     json_object_foreach((json_t *)v, k, m)
         if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
-            return fail(err, errlen, "%s: tensor '%s': unknown member '%s'", label, name, k);
+            return cli_fail(err, errlen, "%s: tensor '%s': unknown member '%s'", label, name, k);
     const json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
-        return fail(err, errlen, "%s: tensor '%s': missing or non-string dtype", label, name);
+        return cli_fail(err, errlen, "%s: tensor '%s': missing or non-string dtype", label, name);
     t->dtype = st_dtype_from_name(json_string_value(dt));
     if (t->dtype == THIN_DTYPE_INVALID)
-        return fail(err, errlen, "%s: tensor '%s': unknown dtype '%s'", label, name,
+        return cli_fail(err, errlen, "%s: tensor '%s': unknown dtype '%s'", label, name,
                     json_string_value(dt));
     size_t rank, n_off;
     const json_t *sh = json_object_get(v, "shape");
     if (json_is_array(sh) && json_array_size(sh) > THIN_MAX_RANK)
-        return fail(err, errlen, "%s: tensor '%s': rank %zu exceeds the limit of %d", label,
+        return cli_fail(err, errlen, "%s: tensor '%s': rank %zu exceeds the limit of %d", label,
                     name, json_array_size(sh), THIN_MAX_RANK);
     if (parse_u64_array(sh, t->shape, THIN_MAX_RANK, &rank))
-        return fail(err, errlen, "%s: tensor '%s': shape is not an array of non-negative integers",
+        return cli_fail(err, errlen, "%s: tensor '%s': shape is not an array of non-negative integers",
                     label, name);
     t->rank = (uint32_t)rank;
     uint64_t off[2];
     if (parse_u64_array(json_object_get(v, "data_offsets"), off, 2, &n_off) || n_off != 2)
-        return fail(err, errlen, "%s: tensor '%s': data_offsets is not [begin, end]", label, name);
+        return cli_fail(err, errlen, "%s: tensor '%s': data_offsets is not [begin, end]", label, name);
     if (off[0] > off[1])
-        return fail(err, errlen, "%s: tensor '%s': data_offsets [%llu, %llu] has begin > end",
+        return cli_fail(err, errlen, "%s: tensor '%s': data_offsets [%llu, %llu] has begin > end",
                     label, name, (unsigned long long)off[0], (unsigned long long)off[1]);
     t->begin = off[0];
     t->end = off[1];
     uint64_t nbytes = st_dtype_size(t->dtype);
     for (size_t i = 0; i < rank; i++) {
         if (t->shape[i] != 0 && nbytes > UINT64_MAX / t->shape[i])
-            return fail(err, errlen, "%s: tensor '%s': shape overflows a 64-bit byte count",
+            return cli_fail(err, errlen, "%s: tensor '%s': shape overflows a 64-bit byte count",
                         label, name);
         nbytes *= t->shape[i];
     }
     if (nbytes != t->end - t->begin)
-        return fail(err, errlen,
+        return cli_fail(err, errlen,
                     "%s: tensor '%s': size mismatch: shape and dtype %s give %llu bytes but "
                     "data_offsets [%llu, %llu] span %llu", label, name, json_string_value(dt),
                     (unsigned long long)nbytes, (unsigned long long)t->begin,
                     (unsigned long long)t->end, (unsigned long long)(t->end - t->begin));
     t->name = strdup(name);
-    return t->name ? 0 : fail(err, errlen, "%s: out of memory", label);
+    return t->name ? 0 : cli_fail(err, errlen, "%s: out of memory", label);
 }
 
 static int by_begin(const void *a, const void *b)
@@ -205,12 +196,12 @@ static int check_tiling(st_header *h, const char *label, char *err, size_t errle
     for (size_t i = 0; i < h->n_tensors; i++) {
         const st_tensor *t = &h->tensors[i];
         if (t->begin < pos)
-            return fail(err, errlen, "%s: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' "
+            return cli_fail(err, errlen, "%s: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' "
                         "(ends at %llu)", label, t->name, (unsigned long long)t->begin,
                         (unsigned long long)t->end, h->tensors[i - 1].name,
                         (unsigned long long)pos);
         if (t->begin > pos)
-            return fail(err, errlen, "%s: gap of %llu unused bytes before tensor '%s' (data "
+            return cli_fail(err, errlen, "%s: gap of %llu unused bytes before tensor '%s' (data "
                         "section bytes %llu..%llu)", label,
                         (unsigned long long)(t->begin - pos), t->name,
                         (unsigned long long)pos, (unsigned long long)t->begin);
@@ -225,7 +216,7 @@ static int parse_members(json_t *root, const char *label, st_header *h, char *er
     size_t cap = json_object_size(root);
     h->tensors = calloc(cap ? cap : 1, sizeof *h->tensors);
     if (!h->tensors)
-        return fail(err, errlen, "%s: out of memory", label);
+        return cli_fail(err, errlen, "%s: out of memory", label);
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v) {
@@ -248,18 +239,18 @@ int st_parse_header(const char *json, size_t len, const char *label, st_header *
     memset(out, 0, sizeof *out);
     size_t bad = utf8_invalid_at((const unsigned char *)json, len);
     if (bad < len)
-        return fail(err, errlen, "%s: header is not valid UTF-8 (byte %zu of the header)", label,
+        return cli_fail(err, errlen, "%s: header is not valid UTF-8 (byte %zu of the header)", label,
                     bad);
     if (len == 0 || json[0] != '{')
-        return fail(err, errlen, "%s: header does not start with '{'", label);
+        return cli_fail(err, errlen, "%s: header does not start with '{'", label);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(err, errlen, "%s: header is not valid JSON: %s (line %d, column %d)", label,
+        return cli_fail(err, errlen, "%s: header is not valid JSON: %s (line %d, column %d)", label,
                     je.text, je.line, je.column);
     int rc = -1;
     if (!json_is_object(root))
-        fail(err, errlen, "%s: header is not a JSON object", label);
+        cli_fail(err, errlen, "%s: header is not a JSON object", label);
     else if (parse_members(root, label, out, err, errlen) == 0 &&
              check_tiling(out, label, err, errlen) == 0)
         rc = 0;
@@ -278,13 +269,13 @@ int st_check_data_size(const st_header *h, uint64_t data_size, const char *label
 {
     if (h->data_size > data_size) {
         const st_tensor *t = &h->tensors[h->n_tensors - 1];
-        return fail(err, errlen, "%s: tensor '%s' (bytes %llu..%llu) lies past the end of the "
+        return cli_fail(err, errlen, "%s: tensor '%s' (bytes %llu..%llu) lies past the end of the "
                     "data section (%llu bytes): out of bounds or truncated", label, t->name,
                     (unsigned long long)t->begin, (unsigned long long)t->end,
                     (unsigned long long)data_size);
     }
     if (h->data_size < data_size)
-        return fail(err, errlen, "%s: %llu trailing bytes after the last tensor (data ends at "
+        return cli_fail(err, errlen, "%s: %llu trailing bytes after the last tensor (data ends at "
                     "%llu, the data section is %llu bytes)", label,
                     (unsigned long long)(data_size - h->data_size),
                     (unsigned long long)h->data_size, (unsigned long long)data_size);
@@ -296,12 +287,12 @@ int st_parse_memory(const void *data, uint64_t size, const char *label, st_heade
 {
     memset(out, 0, sizeof *out);
     if (size < 8)
-        return fail(err, errlen, "%s: truncated: %llu bytes, too short for the 8-byte header "
+        return cli_fail(err, errlen, "%s: truncated: %llu bytes, too short for the 8-byte header "
                     "length", label, (unsigned long long)size);
     uint64_t n;
     char msg[256];
     if (st_parse_prefix(data, size, &n, msg, sizeof msg))
-        return fail(err, errlen, "%s: %s", label, msg);
+        return cli_fail(err, errlen, "%s: %s", label, msg);
     if (st_parse_header((const char *)data + 8, (size_t)n, label, out, err, errlen))
         return -1;
     if (st_check_data_size(out, size - 8 - n, label, err, errlen)) {

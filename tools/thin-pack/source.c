@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "safetensors.h"
+#include "cli.h"
 
 const char *const source_side_names[] = {
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -27,16 +28,6 @@ int source_side_index(const char *base)
     return -1;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 const char *source_base(const char *path)
 {
@@ -53,11 +44,11 @@ int source_map_open(source_map *m, const char *path, char *err, size_t errlen)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        return fail(err, errlen, "%s: %s", path, strerror(e));
+        return cli_fail(err, errlen, "%s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return cli_fail(err, errlen, "%s: not a regular file", path);
     }
     m->size = (uint64_t)st.st_size;
     if (m->size > 0) {
@@ -65,7 +56,7 @@ int source_map_open(source_map *m, const char *path, char *err, size_t errlen)
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, errlen, "%s: mmap: %s", path, strerror(e));
+            return cli_fail(err, errlen, "%s: mmap: %s", path, strerror(e));
         }
         madvise(p, (size_t)m->size, MADV_SEQUENTIAL);
         m->data = p;
@@ -74,7 +65,7 @@ int source_map_open(source_map *m, const char *path, char *err, size_t errlen)
     m->path = strdup(path);
     if (!m->path) {
         source_map_close(m);
-        return fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     }
     return 0;
 }
@@ -93,12 +84,12 @@ int source_read_file(const char *path, uint8_t **data, size_t *size, char *err, 
     *size = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return errno == ENOENT ? 1 : fail(err, errlen, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? 1 : cli_fail(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) ||
         (uint64_t)st.st_size > SOURCE_MAX_SIDE) {
         fclose(f);
-        return fail(err, errlen, "%s: not a regular file of at most %zu MiB", path,
+        return cli_fail(err, errlen, "%s: not a regular file of at most %zu MiB", path,
                     SOURCE_MAX_SIDE >> 20);
     }
     uint8_t *p = malloc((size_t)st.st_size + 1);
@@ -107,7 +98,7 @@ int source_read_file(const char *path, uint8_t **data, size_t *size, char *err, 
     fclose(f);
     if (bad) {
         free(p);
-        return fail(err, errlen, "%s: read failed", path);
+        return cli_fail(err, errlen, "%s: read failed", path);
     }
     p[n] = 0;
     *data = p;
@@ -135,7 +126,7 @@ int source_classify(const char *path, source_kind *kind, char *err, size_t errle
 {
     struct stat st;
     if (stat(path, &st) != 0)
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
+        return cli_fail(err, errlen, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         *kind = SOURCE_FOLDER;
         return 0;
@@ -147,7 +138,7 @@ int source_classify(const char *path, source_kind *kind, char *err, size_t errle
     uint8_t head[16];
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
+        return cli_fail(err, errlen, "%s: %s", path, strerror(errno));
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
     if (n >= 4 && memcmp(head, "GGUF", 4) == 0)
@@ -165,7 +156,7 @@ int source_parse_index(const char *label, const uint8_t *data, size_t size, json
     json_error_t je;
     json_t *root = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(err, errlen, "%s: not valid JSON: %s (line %d)", label, je.text, je.line);
+        return cli_fail(err, errlen, "%s: not valid JSON: %s (line %d)", label, je.text, je.line);
     json_t *wm = json_object_get(root, "weight_map");
     const char *k;
     json_t *v;
@@ -174,12 +165,12 @@ int source_parse_index(const char *label, const uint8_t *data, size_t size, json
         const char *s = json_string_value(v);
         if (!s || !*s || strchr(s, '/') || strcmp(s, "..") == 0 || strcmp(s, ".") == 0) {
             json_decref(root);
-            return fail(err, errlen, "%s: weight_map entry '%s' is not a file name", label, k);
+            return cli_fail(err, errlen, "%s: weight_map entry '%s' is not a file name", label, k);
         }
     }
     if (!ok) {
         json_decref(root);
-        return fail(err, errlen, "%s: no weight_map object", label);
+        return cli_fail(err, errlen, "%s: no weight_map object", label);
     }
     *weight_map = json_incref(wm);
     json_decref(root);
@@ -219,14 +210,14 @@ static int list_index(const char *index, const char *folder, char ***list, size_
     size_t size;
     int rc = source_read_file(index, &data, &size, err, errlen);
     if (rc)
-        return rc > 0 ? fail(err, errlen, "%s: no such file", index) : -1;
+        return rc > 0 ? cli_fail(err, errlen, "%s: no such file", index) : -1;
     rc = source_parse_index(index, data, size, weight_map, err, errlen);
     free(data);
     const char *k;
     json_t *v;
     json_object_foreach(rc ? NULL : *weight_map, k, v)
         if (list_add(list, n, folder, json_string_value(v)))
-            return fail(err, errlen, "out of memory");
+            return cli_fail(err, errlen, "out of memory");
     return rc;
 }
 
@@ -236,32 +227,32 @@ static int list_folder(const char *folder, char ***list, size_t *n, json_t **wei
     char *p;
     struct stat st;
     if (asprintf(&p, "%s/model.safetensors.index.json", folder) < 0)
-        return fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     int has_index = stat(p, &st) == 0;
     int rc = has_index ? list_index(p, folder, list, n, weight_map, err, errlen) : 0;
     free(p);
     if (has_index)
         return rc;
     if (asprintf(&p, "%s/model.safetensors", folder) < 0)
-        return fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     int has_single = stat(p, &st) == 0;
     free(p);
     if (has_single)
-        return list_add(list, n, folder, "model.safetensors") ? fail(err, errlen, "out of memory")
+        return list_add(list, n, folder, "model.safetensors") ? cli_fail(err, errlen, "out of memory")
                                                                : 0;
     DIR *d = opendir(folder);
     if (!d)
-        return fail(err, errlen, "%s: %s", folder, strerror(errno));
+        return cli_fail(err, errlen, "%s: %s", folder, strerror(errno));
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
         if (e->d_name[0] != '.' && ends_with(e->d_name, ".safetensors") &&
             list_add(list, n, folder, e->d_name)) {
             closedir(d);
-            return fail(err, errlen, "out of memory");
+            return cli_fail(err, errlen, "out of memory");
         }
     closedir(d);
     if (*n == 0)
-        return fail(err, errlen, "%s: no .safetensors files and no model.safetensors.index.json",
+        return cli_fail(err, errlen, "%s: no .safetensors files and no model.safetensors.index.json",
                     folder);
     return 0;
 }
@@ -274,7 +265,7 @@ int source_list_shards(const char *path, source_kind kind, char ***shards, size_
     *weight_map = NULL;
     char *dir = strdup(path);
     if (!dir)
-        return fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     if (kind == SOURCE_FOLDER) {
         size_t l = strlen(dir);
         while (l > 1 && dir[l - 1] == '/')
