@@ -1,7 +1,6 @@
 /* gguf_vocab.c — GGUF header and KV walk for vocab-only files (see gguf_vocab.h). */
 #include "gguf_vocab.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "cli.h"

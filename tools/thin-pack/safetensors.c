@@ -1,7 +1,6 @@
 /* safetensors.c — strict SafeTensors header parser (see safetensors.h). */
 #include "safetensors.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
