@@ -371,7 +371,7 @@ size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, u
 /* Max query heads per KV head of the grouped kernel instance, or 0 when the shape is unsupported. */
 static int group_max(const attn_args *a) {
     if (a->kv_dtype != THIN_DTYPE_BF16 && a->kv_dtype != THIN_DTYPE_F32) return 0;
-    if (!a->counter || !a->n_kv || a->n_heads % a->n_kv) return 0;
+    if (!a->counter || !a->n_kv || a->n_heads % a->n_kv || a->ldq % 4) return 0; /* float4 q loads */
     const uint32_t epv = a->kv_dtype == THIN_DTYPE_BF16 ? 8 : 4;
     if (a->head_dim % epv || a->head_dim / epv > 32) return 0;
     const uint32_t lp = a->head_dim / epv;
