@@ -148,15 +148,17 @@ done
 if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     say "== ncu: matvec and attention kernels (BF16)"
     # The first matching kernels are the session's eager warm-up step (one token, layers 0-1).
-    ncu --clock-control none -k regex:"matvec_kernel|attn_partial" -c 8 \
+    timeout 90 ncu --clock-control none -k regex:"matvec_kernel|attn_group|attn_partial" -c 8 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         "$BIN/thin-run" "$WORK/s3.thin" --no-verify --ids "1" -n 1 -t 0 --device cuda --ctx 1024 \
         >"$OUTDIR/ncu.txt" 2>&1
-    grep -E "matvec_kernel|attn_partial|DRAM Throughput|Duration|Achieved Occupancy" "$OUTDIR/ncu.txt" | head -40 | tee -a "$LOG"
+    grep -E "matvec_kernel|attn_group|attn_partial|DRAM Throughput|Duration|Achieved Occupancy|Registers Per" "$OUTDIR/ncu.txt" | head -48 >"$OUTDIR/ncu-short.txt"
+    cat "$OUTDIR/ncu-short.txt" >>"$LOG"
 fi
 
 say "== table"
 cat "$TABLE"
+[ -s "$OUTDIR/ncu-short.txt" ] && { echo "== ncu (warm-up step, first 8 kernels)"; cut -c1-110 "$OUTDIR/ncu-short.txt"; }
 for f in "$OUTDIR"/profile-*.txt; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f")"
