@@ -97,18 +97,45 @@ __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][MV_UNROLL], uint3
     }
 }
 
+#define MV_XPRE 8 /* x elements per thread loaded at once; norm weights preloaded per thread */
+
+/* This thread's first MV_XPRE norm weights (elements tid + k * blockDim), loaded before waiting
+ * for the previous kernel since weights do not depend on it. */
+__device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, float (&nw)[MV_XPRE]) {
+#pragma unroll
+    for (int k = 0; k < MV_XPRE; k++) {
+        const uint32_t i = threadIdx.x + k * blockDim.x;
+        nw[k] = a.norm_w && i < cols ? load_elem(a.norm_w, a.norm_dtype, i) : 0.0f;
+    }
+}
+
 /* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch. */
-__device__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch, float *red) {
+__device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
+                                        float *red, const float (&nw)[MV_XPRE]) {
     float ss = 0.0f;
-    for (uint32_t i = threadIdx.x; i < pitch; i += blockDim.x) {
-        float v = i < cols ? a.x[i] : 0.0f;
-        xs[i] = v;
-        ss += v * v;
+    for (uint32_t i0 = threadIdx.x; i0 < pitch; i0 += MV_XPRE * blockDim.x) {
+        float v[MV_XPRE];
+#pragma unroll
+        for (int k = 0; k < MV_XPRE; k++) {
+            const uint32_t i = i0 + k * blockDim.x;
+            v[k] = i < cols ? __ldcg(a.x + i) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < MV_XPRE; k++) {
+            const uint32_t i = i0 + k * blockDim.x;
+            if (i < pitch) xs[i] = v[k];
+            ss += v[k] * v[k];
+        }
     }
     if (a.norm_w) {
         float tot = block_sum(ss, red);
         float inv = 1.0f / sqrtf(tot / (float)cols + a.eps);
-        for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll
+        for (int k = 0; k < MV_XPRE; k++) {
+            const uint32_t i = threadIdx.x + k * blockDim.x;
+            if (i < cols) xs[i] = nw[k] * (inv * xs[i]);
+        }
+        for (uint32_t i = threadIdx.x + MV_XPRE * blockDim.x; i < cols; i += blockDim.x)
             xs[i] = load_elem(a.norm_w, a.norm_dtype, i) * (inv * xs[i]);
     }
     __syncthreads();
@@ -214,8 +241,10 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         rows_of<NR>(a, r, rows, &seg, &rr);
         load_batch<NR>(w, rows, lane, nvec);
     }
+    float nw[MV_XPRE];
+    preload_norm(a, w0.cols, nw);
     pdl_wait();
-    stage_x(xs, a, w0.cols, w0.pitch, red);
+    stage_x(xs, a, w0.cols, w0.pitch, red, nw);
     for (; r < total; r += stride) {
         float acc[NR];
 #pragma unroll
