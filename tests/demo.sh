@@ -19,13 +19,13 @@ step "thin-inspect --verify"
 $BIN/thin-inspect --verify "$W/stories.thin"
 
 step "thin-quant --profile quality (FP8 E4M3 gate/up, middle-layer down)"
-$BIN/thin-quant --profile quality "$W/stories.thin" -o "$W/stories-fp8.thin"
+$BIN/thin-quant --profile quality "$W/stories.thin" -o "$W/stories-fp8.thin" 2>&1 | tail -n 1
 
 step "thin-run: greedy generation from F32"
-$BIN/thin-run "$W/stories.thin" -p "Once upon a time" --temperature 0 --max-tokens 120 --device cpu
+$BIN/thin-run "$W/stories.thin" -p "Once upon a time" --temperature 0 --max-tokens 120 --device cpu --echo
 
 step "thin-run: the same prompt, quality FP8"
-$BIN/thin-run "$W/stories-fp8.thin" -p "Once upon a time" --temperature 0 --max-tokens 120 --device cpu
+$BIN/thin-run "$W/stories-fp8.thin" -p "Once upon a time" --temperature 0 --max-tokens 120 --device cpu --echo
 
 step "fidelity of BF16 and quality FP8 against F32 (teacher-forced, golden sequence)"
 sed -n 's/^sequence //p' $M/golden/once_upon_a_time.ids > "$W/ids"
@@ -33,6 +33,6 @@ for v in stories stories-bf16 stories-fp8; do
     $BIN/thin-run "$W/$v.thin" --device cpu --kv-dtype f32 --score "$W/ids" --out "$W/$v.f32"
 done
 for v in stories-bf16 stories-fp8; do
-    printf '%s: ' "$v"
-    $BIN/thin-compare "$W/stories.f32" "$W/$v.f32" --vocab 512 | tail -n 1
+    echo "$v:"
+    $BIN/thin-compare --summary "$W/stories.f32" "$W/$v.f32" --vocab 512 | sed 's/^/    /'
 done
