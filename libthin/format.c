@@ -170,13 +170,18 @@ int thin_hex32_parse(const char *s, uint8_t out[32])
     return 0;
 }
 
-thin_status thin_errf(char *err, const char *label, thin_status s, const char *fmt, ...)
+void thin_verrf(char *err, const char *label, const char *fmt, va_list ap)
 {
     int n = snprintf(err, THIN_ERR_LEN, "%s: ", label ? label : "(unnamed)");
     if (n < 0 || n >= THIN_ERR_LEN) n = 0;
+    vsnprintf(err + n, THIN_ERR_LEN - (size_t)n, fmt, ap);
+}
+
+thin_status thin_errf(char *err, const char *label, thin_status s, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err + n, THIN_ERR_LEN - (size_t)n, fmt, ap);
+    thin_verrf(err, label, fmt, ap);
     va_end(ap);
     return s;
 }

@@ -15,11 +15,9 @@
 
 thin_status thin_stream_fail(thin_stream *s, thin_status st, const char *fmt, ...)
 {
-    int n = snprintf(s->err, THIN_ERR_LEN, "%s: ", s->label ? s->label : "(stream)");
-    if (n < 0 || n >= THIN_ERR_LEN) n = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->err + n, THIN_ERR_LEN - (size_t)n, fmt, ap);
+    thin_verrf(s->err, s->label ? s->label : "(stream)", fmt, ap);
     va_end(ap);
     s->state = S_FAILED;
     return st;

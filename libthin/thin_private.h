@@ -97,6 +97,8 @@ int thin_codec_from_name(const char *s);
 /* Parses 64 lower- or upper-case hex digits; returns 0, or -1 when malformed. */
 int thin_hex32_parse(const char *s, uint8_t out[32]);
 
+/* Formats "label: message" into err (THIN_ERR_LEN bytes). */
+void thin_verrf(char *err, const char *label, const char *fmt, va_list ap);
 /* Formats "label: message" into err (THIN_ERR_LEN bytes) and returns s. */
 thin_status thin_errf(char *err, const char *label, thin_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

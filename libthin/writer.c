@@ -13,11 +13,9 @@
 
 thin_status thin_writer_fail(thin_writer *w, thin_status s, const char *fmt, ...)
 {
-    int n = snprintf(w->err, THIN_ERR_LEN, "%s: ", w->label ? w->label : "(writer)");
-    if (n < 0 || n >= THIN_ERR_LEN) n = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->err + n, THIN_ERR_LEN - (size_t)n, fmt, ap);
+    thin_verrf(w->err, w->label ? w->label : "(writer)", fmt, ap);
     va_end(ap);
     w->state = W_FAILED;
     return s;
