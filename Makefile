@@ -93,7 +93,9 @@ TOOL_AS   := $(foreach t,$(TOOLS),$(if $(call tool_src,$(t)),$(call tool_a,$(t))
 BINS      := $(foreach t,$(TOOLS),$(if $(wildcard tools/$(t)/main.c),$(B)/bin/$(t)))
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
 CUTESTS   := $(patsubst tests/cuda/%.c,$(B)/tests/cuda/%,$(CUTESTS_SRC))
-ALL_LINK  := $(TOOL_AS) $(KERN_A) $(CUDA_A) $(COMMON_A) $(LIBTHIN_A)
+# One group: the CUDA backend calls the thin-run archive's sampler, which comes before it.
+ALL_LINK  := -Wl,--start-group $(TOOL_AS) $(KERN_A) $(CUDA_A) $(COMMON_A) $(LIBTHIN_A) -Wl,--end-group
+ALL_DEPS  := $(TOOL_AS) $(KERN_A) $(CUDA_A) $(COMMON_A) $(LIBTHIN_A)
 ALL_LIBS  := $(PACK_LIBS) $(RUN_LIBS) $(LIBS) $(CUDA_LIBS)
 
 .PHONY: all lib tools tests check check-cuda fuzz install uninstall clean bench deps demo test
@@ -160,19 +162,19 @@ define TOOL_RULES
 $(call tool_a,$(1)): $(call obj,$(call tool_src,$(1)))
 	@mkdir -p $$(@D)
 	$(Q)rm -f $$@ && $(AR) rcs $$@ $$^
-$(B)/bin/$(1): $(B)/obj/tools/$(1)/main.o $(ALL_LINK)
+$(B)/bin/$(1): $(B)/obj/tools/$(1)/main.o $(ALL_DEPS)
 	@mkdir -p $$(@D)
 	@$(if $(Q),echo "  LINK    $$@")
 	$(Q)$(CC) $(LDFLAGS) -o $$@ $$< $(ALL_LINK) $(ALL_LIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call TOOL_RULES,$(t))))
 
-$(B)/tests/%: $(B)/obj/tests/%.o $(ALL_LINK)
+$(B)/tests/%: $(B)/obj/tests/%.o $(ALL_DEPS)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LINK) $(ALL_LIBS) -lcmocka
 
-$(B)/tests/cuda/%: $(B)/obj/tests/cuda/%.o $(ALL_LINK)
+$(B)/tests/cuda/%: $(B)/obj/tests/cuda/%.o $(ALL_DEPS)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LINK) $(ALL_LIBS)
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tools/thin-run/sampler.h"
 #include "cuda_session.cuh"
 
 #define MAX_BATCH 512u
@@ -305,39 +306,10 @@ static int32_t cand_id(float f) {
     return i;
 }
 
-/* Descending probability; equal probabilities keep the lower id first (as sampler.c). */
-static int cand_cmp(const void *a, const void *b) {
-    const float2 *x = (const float2 *)a, *y = (const float2 *)b;
-    if (x->x != y->x) return x->x > y->x ? -1 : 1;
-    int i = cand_id(x->y), j = cand_id(y->y);
+/* Ascending token id: the candidates' order on the CPU when nothing is trimmed. */
+static int id_cmp(const void *a, const void *b) {
+    int32_t i = ((const sampler_cand *)a)->id, j = ((const sampler_cand *)b)->id;
     return (i > j) - (i < j);
-}
-
-/* The pick of sampler.c over candidates sorted by cand_cmp. */
-static int32_t pick(float2 *c, uint32_t n, uint32_t top_k, float top_p, float coin, int trim) {
-    if (trim) qsort(c, n, sizeof *c, cand_cmp);
-    if (top_k > 0 && top_k < n) n = top_k;
-    double mass = 0.0;
-    for (uint32_t i = 0; i < n; i++) mass += c[i].x;
-    if (top_p < 1.0f) {
-        double cum = 0.0, goal = top_p * mass;
-        uint32_t keep = n;
-        for (uint32_t i = 0; i < n; i++) {
-            cum += c[i].x;
-            if (cum >= goal) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-        mass = cum;
-    }
-    double r = (double)coin * mass, cum = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        cum += c[i].x;
-        if (r < cum) return cand_id(c[i].y);
-    }
-    return cand_id(c[n - 1].y);
 }
 
 extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
@@ -364,14 +336,17 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
     CK(s, cudaMemcpyAsync(&count, s->d_count, sizeof count, cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
     if (count == 0 || count > vocab) return cuda_failf(s, "sampling found no candidate");
-    float2 *c = (float2 *)malloc((size_t)count * sizeof *c);
+    float2 *c = (float2 *)malloc((size_t)count * (sizeof *c + sizeof(sampler_cand)));
     if (!c) return cuda_failf(s, "out of memory");
     cudaError_t e = cudaMemcpy(c, s->d_cand, (size_t)count * sizeof *c, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
         free(c);
         return cuda_fail(s, __FILE__, __LINE__, "cudaMemcpy(candidates)", e);
     }
-    *token = pick(c, count, top_k, top_p, coin, 1);
+    sampler_cand *sc = (sampler_cand *)(c + count);
+    for (unsigned int i = 0; i < count; i++) sc[i] = sampler_cand{c[i].x, cand_id(c[i].y)};
+    if (top_k == 0 && top_p >= 1.0f) qsort(sc, count, sizeof *sc, id_cmp); /* the CPU's order */
+    *token = sampler_draw(sc, count, top_k, top_p, coin);
     free(c);
     return 0;
 }

@@ -64,19 +64,16 @@ static uint32_t softmax_cands(sampler *s, const float *logits) {
     return n;
 }
 
-int32_t sampler_pick(sampler *s, const float *logits, float coin) {
-    if (s->temperature == 0.0f) return argmax(logits, s->vocab);
-    uint32_t n = softmax_cands(s, logits);
-    int trim = s->top_k > 0 || s->top_p < 1.0f;
-    if (trim) qsort(s->cand, n, sizeof *s->cand, cand_cmp);
-    if (s->top_k > 0 && s->top_k < n) n = s->top_k;
+int32_t sampler_draw(sampler_cand *c, uint32_t n, uint32_t top_k, float top_p, float coin) {
+    if (top_k > 0 || top_p < 1.0f) qsort(c, n, sizeof *c, cand_cmp);
+    if (top_k > 0 && top_k < n) n = top_k;
     double mass = 0.0;
-    for (uint32_t i = 0; i < n; i++) mass += s->cand[i].p;
-    if (s->top_p < 1.0f) {
-        double cum = 0.0, goal = s->top_p * mass;
+    for (uint32_t i = 0; i < n; i++) mass += c[i].p;
+    if (top_p < 1.0f) {
+        double cum = 0.0, goal = top_p * mass;
         uint32_t keep = n;
         for (uint32_t i = 0; i < n; i++) {
-            cum += s->cand[i].p;
+            cum += c[i].p;
             if (cum >= goal) {
                 keep = i + 1;
                 break;
@@ -87,10 +84,16 @@ int32_t sampler_pick(sampler *s, const float *logits, float coin) {
     }
     double r = (double)coin * mass, cum = 0.0;
     for (uint32_t i = 0; i < n; i++) {
-        cum += s->cand[i].p;
-        if (r < cum) return s->cand[i].id;
+        cum += c[i].p;
+        if (r < cum) return c[i].id;
     }
-    return s->cand[n - 1].id; /* rounding: the draw fell past the last sum */
+    return c[n - 1].id; /* rounding: the draw fell past the last sum */
+}
+
+int32_t sampler_pick(sampler *s, const float *logits, float coin) {
+    if (s->temperature == 0.0f) return argmax(logits, s->vocab);
+    uint32_t n = softmax_cands(s, logits);
+    return sampler_draw(s->cand, n, s->top_k, s->top_p, coin);
 }
 
 int32_t sampler_sample(sampler *s, const float *logits) {

@@ -12,6 +12,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sampler_cand {
     float p;    /* probability */
     int32_t id; /* token id */
@@ -35,10 +39,20 @@ void sampler_free(sampler *s);
 /* Next uniform float in [0, 1) from the sampler's PRNG (24 random bits). */
 float sampler_coin(sampler *s);
 
+/* Draws from n candidates. With trimming (top_k > 0 or top_p < 1) they are reordered in place by
+ * descending probability, equal probabilities by ascending id; then the top_k most likely are kept
+ * (0 = all) and the smallest prefix whose mass reaches top_p. Without trimming they are used in the
+ * order given, which must be ascending id for the same draw everywhere. `coin` in [0, 1) picks
+ * over the cumulative mass of what is left. The CPU sampler and the CUDA backend both end here. */
+int32_t sampler_draw(sampler_cand *c, uint32_t n, uint32_t top_k, float top_p, float coin);
+
 /* Picks a token from logits (vocab floats; not modified) using `coin` in [0, 1) as the draw. */
 int32_t sampler_pick(sampler *s, const float *logits, float coin);
 
 /* Picks a token, drawing the coin from the PRNG (greedy draws none). */
 int32_t sampler_sample(sampler *s, const float *logits);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* THIN_SAMPLER_H */
