@@ -48,6 +48,8 @@ typedef struct backend_ops {
     int (*forward)(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
                    int32_t *argmax);
     void (*free)(void *sess);
+    /* Message for the session's last failure ("" when none). */
+    const char *(*error)(void *sess);
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */

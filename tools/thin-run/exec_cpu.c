@@ -190,4 +190,10 @@ static int be_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t po
 
 static void be_free(void *sess) { cpu_session_free(sess); }
 
-const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free};
+/* The CPU session fails only on positions past its context or ids outside the vocabulary. */
+static const char *be_error(void *sess) {
+    (void)sess;
+    return "positions past the context or a token id outside the vocabulary";
+}
+
+const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error};

@@ -476,7 +476,8 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
                         cli_prog(), r->ctx);
             break;
         }
-        if (r->be->forward(r->sess, &next, 1, pos++, g->logits, &am)) return -1;
+        if (r->be->forward(r->sess, &next, 1, pos++, g->logits, &am))
+            return cli_error("%s: generation failed: %s", r->be->name, r->be->error(r->sess)), -1;
         g->n_forward++;
     }
     g->decode_s = cli_now() - t0;
@@ -529,7 +530,8 @@ static int generate_text(run *r, gen *g, const int32_t *prompt) {
     stop_filter_init(&sf, o->stops, o->n_stops, text_out, &t);
     int rc = CLI_EXIT_DATA;
     if (decode_prompt(r, &d, &sf, prompt, g->n_prompt)) cli_error("decoding failed");
-    else if (prefill(r, prompt, g->n_prompt, g, &am)) cli_error("the prompt could not be run");
+    else if (prefill(r, prompt, g->n_prompt, g, &am))
+        cli_error("%s: running the prompt failed: %s", r->be->name, r->be->error(r->sess));
     else if (decode_loop(r, &s, g, &d, &sf, am) == 0) rc = 0;
     if (r->tk) {
         char tail[64];
@@ -581,7 +583,8 @@ static int score_rows(run *r, const int32_t *ids, size_t n, FILE *out, const cha
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (r->be->forward(r->sess, ids + i, 1, (uint32_t)i, row, NULL))
-            rc = CLI_EXIT_DATA, cli_error("position %zu could not be run", i);
+            rc = CLI_EXIT_DATA, cli_error("%s: position %zu failed: %s", r->be->name, i,
+                                          r->be->error(r->sess));
         else if (fwrite(row, sizeof *row, vocab, out) != vocab)
             rc = CLI_EXIT_DATA, cli_error("%s: write failed", out_name);
     }
