@@ -168,6 +168,53 @@ static void test_smollm3_no_rope_layers(void **state)
     (void)state;
 }
 
+static double rope_theta_of(const arch_model *m)
+{
+    for (size_t i = 0; i < n_ops(m); i++)
+        if (strcmp(field(op(m, i), "op"), "rope") == 0)
+            return json_number_value(json_object_get(op(m, i), "theta"));
+    return -1.0;
+}
+
+/* transformers 5 writes "rope_parameters" instead of rope_theta / rope_scaling; with neither, the
+ * family's default base applies (SmolLM3: 2e6). */
+static void test_rope_parameters(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si sf}", "architectures", "SmolLM3ForCausalLM",
+                            "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 4,
+                            "num_attention_heads", 4, "num_key_value_heads", 2, "vocab_size", 100,
+                            "rms_norm_eps", 1e-6);
+    json_t *set = llama_tensors(4, 32, 64, 4, 2, 8, 100, 0, 0);
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_true(rope_theta_of(&m) == 2e6);
+    arch_model_free(&m);
+    json_object_set_new(cfg, "rope_parameters", json_pack("{sf ss}", "rope_theta", 5e6,
+                                                          "rope_type", "default"));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_true(rope_theta_of(&m) == 5e6);
+    assert_true(json_is_null(json_object_get(m.hparams, "rope_scaling")));
+    arch_model_free(&m);
+    json_object_set_new(cfg, "rope_parameters",
+                        json_pack("{s{sf ss sf}}", "full_attention", "rope_theta", 5e5,
+                                  "rope_type", "llama3", "factor", 8.0));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_true(rope_theta_of(&m) == 5e5);
+    for (size_t i = 0; i < n_ops(&m); i++)
+        if (strcmp(field(op(&m, i), "op"), "rope") == 0)
+            assert_string_equal(json_string_value(json_object_get(
+                                    json_object_get(op(&m, i), "scaling"), "rope_type")), "llama3");
+    arch_model_free(&m);
+    /* a bad base: the model still packs, with no tape */
+    json_object_set_new(cfg, "rope_parameters", json_pack("{ss}", "rope_theta", "big"));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
 static void test_qwen3_head_norms_and_scaling(void **state)
 {
     json_t *cfg = json_pack("{s[s] si si si si si si si sb s{ss sf}}", "architectures",
@@ -239,6 +286,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_tape),
         cmocka_unit_test(test_smollm3_no_rope_layers),
+        cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_qwen3_head_norms_and_scaling),
         cmocka_unit_test(test_no_tape_cases),
     };

@@ -118,6 +118,44 @@ static int rope_layers(const ctx *c, hp *h)
     return 0;
 }
 
+/* The family's RoPE base when the config names none (transformers' default_theta). */
+static double default_theta(const char *family)
+{
+    if (strcmp(family, "smollm3") == 0)
+        return 2000000.0;
+    if (strcmp(family, "qwen2") == 0 || strcmp(family, "qwen3") == 0)
+        return 1000000.0;
+    return 10000.0;
+}
+
+/* RoPE base and scaling: transformers 5 writes one "rope_parameters" object ({"rope_theta",
+ * "rope_type", scaling fields}; or one per layer type, of which "full_attention" applies), older
+ * configs "rope_theta" and "rope_scaling". A rope_type other than "default" is passed on as the
+ * scaling object. */
+static int read_rope(const ctx *c, hp *h)
+{
+    const json_t *rp = json_object_get(c->config, "rope_parameters");
+    if (!json_is_object(rp)) {
+        h->rope_scaling = json_object_get(c->config, "rope_scaling");
+        return get_real(c, "rope_theta", default_theta(c->family), &h->theta);
+    }
+    const json_t *full = json_object_get(rp, "full_attention");
+    if (json_is_object(full))
+        rp = full;
+    const json_t *t = json_object_get(rp, "rope_theta");
+    h->theta = default_theta(c->family);
+    if (t && !json_is_null(t)) {
+        if (!json_is_number(t) || json_number_value(t) <= 0) {
+            warnf(c, "config.json: rope_parameters.rope_theta is not a positive number");
+            return -1;
+        }
+        h->theta = json_number_value(t);
+    }
+    const char *type = json_string_value(json_object_get(rp, "rope_type"));
+    h->rope_scaling = type && strcmp(type, "default") != 0 ? (json_t *)rp : NULL;
+    return 0;
+}
+
 static int read_hparams(const ctx *c, hp *h)
 {
     const int64_t big = (int64_t)1 << 32;
@@ -129,7 +167,7 @@ static int read_hparams(const ctx *c, hp *h)
         get_int(c, "num_key_value_heads", 1, h->n_heads, 1, h->n_heads, &h->n_kv) ||
         get_int(c, "head_dim", 1, 1 << 16, 1, h->hidden / h->n_heads, &h->head_dim) ||
         get_int(c, "max_position_embeddings", 1, big, 1, 2048, &h->max_pos) ||
-        get_real(c, "rms_norm_eps", 1e-6, &h->eps) || get_real(c, "rope_theta", 10000.0, &h->theta))
+        get_real(c, "rms_norm_eps", 1e-6, &h->eps) || read_rope(c, h))
         return -1;
     if (h->n_heads % h->n_kv != 0) {
         warnf(c, "config.json: %lld attention heads do not divide into %lld KV heads",
@@ -140,7 +178,6 @@ static int read_hparams(const ctx *c, hp *h)
         warnf(c, "config.json: head_dim %lld is not a positive even number", (long long)h->head_dim);
         return -1;
     }
-    h->rope_scaling = json_object_get(c->config, "rope_scaling");
     const json_t *tie = json_object_get(c->config, "tie_word_embeddings");
     h->tie = tie ? json_is_true(tie) : strcmp(c->family, "smollm3") == 0;
     return rope_layers(c, h);
