@@ -10,31 +10,9 @@
 
 #include "thin_test_util.h"
 
-typedef struct fx {
-    char *dir;
-    char *path;
-    tu_sample s;
-} fx;
+typedef tu_fx fx;
 
-static int setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    f->dir = tu_mkdtemp();
-    f->path = tu_path(f->dir, "model.thin");
-    tu_sample_init(&f->s, 1);
-    *state = f;
-    return f->dir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fx *f = *state;
-    tu_sample_free(&f->s);
-    free(f->path);
-    tu_rmdir(f->dir);
-    free(f);
-    return 0;
-}
+static int setup(void **state) { return tu_fx_setup(state, "model.thin", 1); }
 
 /* Opens f->path, checks every tensor's bytes and infos against the sample. */
 static void check_sample(fx *f, thin_codec codec, uint32_t flags)
@@ -274,14 +252,14 @@ static void test_verify_progress(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_roundtrip_none, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_multichunk_layout, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_many_dtypes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_and_fd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roundtrip_none, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_roundtrip_zstd, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_multichunk_layout, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_lookup, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_many_dtypes, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_memory_and_fd, setup, tu_fx_teardown),
         cmocka_unit_test(test_status_and_roles),
-        cmocka_unit_test_setup_teardown(test_verify_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verify_progress, setup, tu_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,30 +12,9 @@
 
 #include "thin_test_util.h"
 
-typedef struct fx {
-    char *dir, *path;
-    tu_sample s;
-} fx;
+typedef tu_fx fx;
 
-static int setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    f->dir = tu_mkdtemp();
-    f->path = tu_path(f->dir, "model.thin");
-    tu_sample_init(&f->s, 3);
-    *state = f;
-    return f->dir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fx *f = *state;
-    tu_sample_free(&f->s);
-    free(f->path);
-    tu_rmdir(f->dir);
-    free(f);
-    return 0;
-}
+static int setup(void **state) { return tu_fx_setup(state, "model.thin", 3); }
 
 /* Reads fd to the end into memory. */
 static uint8_t *slurp(int fd, size_t *len)
@@ -237,10 +216,10 @@ static void test_stream_damage(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_pipe_equals_path, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stream_none, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stream_zstd, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stream_damage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipe_equals_path, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_none, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_zstd, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_damage, setup, tu_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

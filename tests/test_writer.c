@@ -10,29 +10,24 @@
 
 #include "thin_test_util.h"
 
-typedef struct fx {
-    char *dir, *path;
-    tu_sample s;
-} fx;
+typedef tu_fx fx;
 
-static int setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    f->dir = tu_mkdtemp();
-    f->path = tu_path(f->dir, "out.thin");
-    tu_sample_init(&f->s, 7);
-    *state = f;
-    return f->dir ? 0 : -1;
-}
+static int setup(void **state) { return tu_fx_setup(state, "out.thin", 7); }
 
-static int teardown(void **state)
+/* Reads path; keeps the first image read in *first, and checks later ones equal it byte for byte. */
+static void same_as_first(const char *path, uint8_t **first, size_t *first_len)
 {
-    fx *f = *state;
-    tu_sample_free(&f->s);
-    free(f->path);
-    tu_rmdir(f->dir);
-    free(f);
-    return 0;
+    size_t len;
+    uint8_t *img = tu_read_file(path, &len);
+    assert_non_null(img);
+    if (!*first) {
+        *first = img;
+        *first_len = len;
+        return;
+    }
+    assert_int_equal(len, *first_len);
+    assert_memory_equal(img, *first, len);
+    free(img);
 }
 
 static void test_wrong_byte_count_leaves_nothing(void **state)
@@ -168,16 +163,7 @@ static void test_thread_count_determinism(void **state)
         unsigned threads[] = {1, 2, 3, 8};
         for (int k = 0; k < 4; k++) {
             assert_int_equal(tu_sample_save(f->path, &f->s, (thin_codec)codec, 4096, threads[k]), 0);
-            size_t len;
-            uint8_t *img = tu_read_file(f->path, &len);
-            if (!first) {
-                first = img;
-                first_len = len;
-                continue;
-            }
-            assert_int_equal(len, first_len);
-            assert_memory_equal(img, first, len);
-            free(img);
+            same_as_first(f->path, &first, &first_len);
         }
         free(first);
     }
@@ -202,16 +188,7 @@ static void test_write_piece_sizes(void **state)
         uint8_t d1[32];
         assert_int_equal(thin_writer_finish(w, d1), THIN_OK);
         thin_writer_free(w);
-        size_t len;
-        uint8_t *img = tu_read_file(f->path, &len);
-        if (!first) {
-            first = img;
-            first_len = len;
-            continue;
-        }
-        assert_int_equal(len, first_len);
-        assert_memory_equal(img, first, len);
-        free(img);
+        same_as_first(f->path, &first, &first_len);
     }
     free(first);
 }
@@ -219,12 +196,12 @@ static void test_write_piece_sizes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_wrong_byte_count_leaves_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_existing_target_kept_on_failure, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unwritable_directory, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments_and_states, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_thread_count_determinism, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_piece_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_byte_count_leaves_nothing, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_existing_target_kept_on_failure, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_unwritable_directory, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_arguments_and_states, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_thread_count_determinism, setup, tu_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_piece_sizes, setup, tu_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

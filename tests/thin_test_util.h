@@ -159,6 +159,36 @@ static inline void tu_sample_free(tu_sample *s)
     free(s->blob);
 }
 
+/* The container tests' fixture: a scratch folder, a file path in it and a sample model. */
+typedef struct tu_fx {
+    char *dir, *path;
+    tu_sample s;
+} tu_fx;
+
+/* cmocka setup: *state becomes a tu_fx whose path is dir/file and whose sample has scale_big. */
+static inline int tu_fx_setup(void **state, const char *file, size_t scale_big)
+{
+    tu_fx *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->dir = tu_mkdtemp();
+    f->path = tu_path(f->dir, file);
+    tu_sample_init(&f->s, scale_big);
+    *state = f;
+    return f->dir ? 0 : -1;
+}
+
+/* cmocka teardown of tu_fx_setup: removes the folder and frees everything. */
+static inline int tu_fx_teardown(void **state)
+{
+    tu_fx *f = *state;
+    tu_sample_free(&f->s);
+    free(f->path);
+    tu_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
 /* Writes the sample through an opened writer; returns the first error. */
 static inline thin_status tu_sample_write(thin_writer *w, const tu_sample *s)
 {
