@@ -30,6 +30,23 @@ grep -a -q '"kv_cache_dtype":"BF16"' "$T/q1.thin" || fail "runtime section"
 grep -a -q '"profile":"quality"' "$T/q1.thin" || fail "quant section"
 grep -a -q '"down":"1-2"' "$T/q1.thin" || fail "quant down layers"
 grep -a -q '"architecture":"LlamaForCausalLM"' "$T/q1.thin" || fail "model section carried"
+grep -a -q '"method":"fp8_e4m3_row_mse"' "$T/q1.thin" || fail "default method recorded"
+grep -a -q '"scale":"mse"' "$T/q1.thin" || fail "scale option recorded"
+grep -q '"method": "fp8_e4m3_row_mse"' "$T/r.json" || fail "json method"
+
+# --scale absmax: the old rule, recorded as such; per FP8 tensor, mse's error is never above it
+"$Q" -q --profile quality --scale absmax "$T/s.thin" -o "$T/a.thin" --json "$T/a.json" ||
+    fail "--scale absmax"
+grep -a -q '"method":"fp8_e4m3_row_absmax"' "$T/a.thin" || fail "absmax method recorded"
+cmp -s "$T/a.thin" "$T/q1.thin" && fail "absmax and mse give the same file"
+grep '"rel_rms"' "$T/a.json" | tr -d ' ,' | cut -d: -f2 > "$T/rel_a"
+grep '"rel_rms"' "$T/r.json" | tr -d ' ,' | cut -d: -f2 > "$T/rel_m"
+[ "$(wc -l < "$T/rel_a")" -eq 36 ] || fail "rel_rms count"
+paste "$T/rel_a" "$T/rel_m" > "$T/rel"
+awk '$2 > $1 * (1 + 1e-9) { bad = 1 } END { exit bad }' "$T/rel" || fail "mse above absmax"
+# the BF16 rows are the same for both; each of the 12 FP8 tensors has less error with mse (on these
+# 64-wide rows about 18% less)
+awk '$2 < $1 * 0.9 { n++ } END { exit !(n == 12) }' "$T/rel" || fail "mse not lower"
 
 # same bytes whatever the thread count, and from a pipe (copied to a temporary file for quality)
 "$Q" -q --profile quality --threads 1 "$T/s.thin" -o "$T/q2.thin" || fail "threads 1"

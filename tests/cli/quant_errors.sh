@@ -28,6 +28,8 @@ expect 2 "$Q" --profile bf16 --threads 0 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --chunk-size 1000 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --compress lz4 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --n-layers 0 "$S" -o "$O"
+expect 2 "$Q" --profile quality --scale max "$S" -o "$O"
+grep -q "scale" "$T/err" || exit 1
 expect 2 "$Q" --profile bf16 --bogus "$S" -o "$O"
 expect 2 "$Q" --profile bf16 "$S" "$S" -o "$O"
 expect 2 "$Q" --profile bf16 "$S" --json - -o -

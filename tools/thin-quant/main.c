@@ -33,6 +33,9 @@ static void usage(void)
            "      --layers RANGES    ... in these layers, e.g. 2-33 or 0-3,30- (no profile)\n"
            "      --select ROLES[:RANGES|:none]  per-role layers, replacing the profile's or\n"
            "                         --roles rule for them, e.g. down:9-26; repeatable\n"
+           "      --scale mse|absmax FP8 row scale: mse (default) picks, per row, the scale with\n"
+           "                         the least squared error among max|row|/448 x (1 + k/64),\n"
+           "                         k = 0..63; absmax is max|row|/448\n"
            "      --n-layers N       layer count for the quality profile's middle layers\n"
            "                         (default: the model section; see the note on stdin)\n"
            "      --compress none|zstd[:LEVEL]  chunk codec (default none)\n"
@@ -76,7 +79,7 @@ static int parse_compress(const char *s, thin_writer_options *w)
 /* Options about the choice of tensors. Returns 0 when handled, 1 when c is not one, or an exit
  * code (> 1) for a usage error. */
 enum { O_ROLES = 256, O_LAYERS, O_SELECT, O_NLAYERS, O_COMPRESS, O_CHUNK, O_THREADS, O_JSON,
-       O_PROGRESS, O_NO_PROGRESS };
+       O_PROGRESS, O_NO_PROGRESS, O_SCALE };
 
 static int parse_choice(args *a, int c, const char *arg)
 {
@@ -103,6 +106,10 @@ static int parse_choice(args *a, int c, const char *arg)
         if (tq_selection_select(&a->sel, arg, err, sizeof err))
             return cli_usage_error("--select: %s", err);
         a->select_args[a->o.n_select++] = arg;
+        return 0;
+    case O_SCALE:
+        if (tq_scale_parse(arg, &a->o.scale))
+            return cli_usage_error("--scale: '%s' is not mse or absmax", arg);
         return 0;
     case O_NLAYERS:
         if (cli_parse_int(arg, 1, TQ_MAX_LAYERS, &n))
@@ -151,6 +158,7 @@ static int parse_args(int argc, char **argv, args *a)
         {"output", required_argument, 0, 'o'},      {"profile", required_argument, 0, 'p'},
         {"roles", required_argument, 0, O_ROLES},   {"layers", required_argument, 0, O_LAYERS},
         {"select", required_argument, 0, O_SELECT}, {"n-layers", required_argument, 0, O_NLAYERS},
+        {"scale", required_argument, 0, O_SCALE},
         {"compress", required_argument, 0, O_COMPRESS},
         {"chunk-size", required_argument, 0, O_CHUNK},
         {"threads", required_argument, 0, O_THREADS}, {"json", required_argument, 0, O_JSON},

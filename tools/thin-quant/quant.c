@@ -1,5 +1,6 @@
 /*
- * quant.c — FP8 E4M3 row quantization, BF16 narrowing and their error statistics (see quant.h).
+ * quant.c — FP8 E4M3 row quantization (absmax or least-squared-error row scales), BF16 narrowing
+ * and their error statistics (see quant.h).
  *
  * Work is split into fixed units (rows, or segments of SEGMENT elements) whose statistics are kept
  * apart and summed in order afterwards, so the output and the numbers are the same whatever the
@@ -46,6 +47,27 @@ float tq_row_scale(float amax)
         return 1.0f;
     float s = amax / TQ_E4M3_MAX;
     return s > 0 ? s : FLT_TRUE_MIN;
+}
+
+const char *tq_scale_name(tq_scale_method m)
+{
+    return m == TQ_SCALE_ABSMAX ? "absmax" : "mse";
+}
+
+const char *tq_method_name(tq_scale_method m)
+{
+    return m == TQ_SCALE_ABSMAX ? "fp8_e4m3_row_absmax" : "fp8_e4m3_row_mse";
+}
+
+int tq_scale_parse(const char *name, tq_scale_method *out)
+{
+    if (strcmp(name, "mse") == 0)
+        *out = TQ_SCALE_MSE;
+    else if (strcmp(name, "absmax") == 0)
+        *out = TQ_SCALE_ABSMAX;
+    else
+        return -1;
+    return 0;
 }
 
 /* ---- a parallel loop over [0, n) in contiguous ranges ---- */
@@ -100,6 +122,7 @@ static void parallel_for(size_t n, unsigned threads, range_fn fn, void *ctx)
 typedef struct rows_ctx {
     const unsigned char *src;
     thin_dtype src_type;
+    tq_scale_method method;
     size_t cols, src_row_bytes;
     uint8_t *q;
     float *scales;
@@ -187,6 +210,85 @@ static void row_codes(const float *restrict x, size_t n, float scale, uint8_t *r
     }
 }
 
+/* The E4M3 value nearest a >= 0 in the normal range (3 fraction bits, round to nearest even,
+ * saturated at 448); below 2^-6 it keeps 3 fraction bits instead of the subnormals' fixed step,
+ * which only the ranking of candidate scales uses (such elements weigh nothing in a row's error). */
+static inline float e4m3_value_normal(float a)
+{
+    uint32_t u = bits_of(a);
+    u = u < 0x43e00000u ? u : 0x43e00000u;
+    return float_of((u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u);
+}
+
+/* Σ (value(ax[j] · inv) · s − ax[j])² in F32 over magnitudes ax: the cost that ranks candidate
+ * scales (LANES partial sums in a fixed order, so the compiler vectorises it). */
+static float row_err_fast(const float *restrict ax, size_t n, float s, float inv)
+{
+    float acc[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t k = 0; k < LANES; k++) {
+            float e = e4m3_value_normal(ax[j + k] * inv) * s - ax[j + k];
+            acc[k] += e * e;
+        }
+    for (; j < n; j++) {
+        float e = e4m3_value_normal(ax[j] * inv) * s - ax[j];
+        acc[0] += e * e;
+    }
+    float sum = 0;
+    for (size_t k = 0; k < LANES; k++)
+        sum += acc[k];
+    return sum;
+}
+
+/* Σ (code value · s − x[j])² in F64, the codes being those the row gets with scale s: the squared
+ * error of the row as stored (LANES partial sums in a fixed order). */
+static double row_err_exact(const float *restrict x, size_t n, float s)
+{
+    double acc[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (size_t k = 0; k < LANES; k++) {
+            float value;
+            (void)encode_one(x[j + k], s, &value);
+            double e = (double)value * s - x[j + k];
+            acc[k] += e * e;
+        }
+    for (; j < n; j++) {
+        float value;
+        (void)encode_one(x[j], s, &value);
+        double e = (double)value * s - x[j];
+        acc[0] += e * e;
+    }
+    double sum = 0;
+    for (size_t k = 0; k < LANES; k++)
+        sum += acc[k];
+    return sum;
+}
+
+/* The least-squared-error scale of row x: the absmax scale s0 times c, c = 1 + k / TQ_MSE_STEPS
+ * for k in [0, TQ_MSE_STEPS) (so no element saturates), ranked by row_err_fast (the first
+ * smallest wins); the winner replaces s0 only when its exact F64 error is below s0's. Zero rows
+ * and rows whose s0 is subnormal keep s0. ax is scratch for n floats. */
+static float row_scale_mse(const float *x, size_t n, float amax, float *restrict ax)
+{
+    float s0 = tq_row_scale(amax);
+    if (amax == 0 || s0 < FLT_MIN)
+        return s0;
+    for (size_t j = 0; j < n; j++)
+        ax[j] = fabsf(x[j]);
+    float best = s0, best_err = row_err_fast(ax, n, s0, 1.0f / s0);
+    for (int k = 1; k < TQ_MSE_STEPS; k++) {
+        float s = s0 * ((float)(TQ_MSE_STEPS + k) / (float)TQ_MSE_STEPS);
+        float e = row_err_fast(ax, n, s, 1.0f / s);
+        if (e < best_err)
+            best = s, best_err = e;
+    }
+    if (best != s0 && !(row_err_exact(x, n, best) < row_err_exact(x, n, s0)))
+        best = s0;
+    return best;
+}
+
 /* Statistics of d against x over n elements, in LANES independent partial sums added in a fixed
  * order (so the compiler may vectorise across lanes without changing the result). */
 static void row_stats(const float *x, const float *d, size_t n, tq_stats *st)
@@ -238,7 +340,8 @@ static void rows_worker(void *ctx, size_t begin, size_t end)
         float amax = row_amax(x, c->cols, &c->row_bad[r]);
         if (c->row_bad[r] != SIZE_MAX)
             continue;
-        float scale = tq_row_scale(amax);
+        float scale = c->method == TQ_SCALE_ABSMAX ? tq_row_scale(amax)
+                                                   : row_scale_mse(x, c->cols, amax, d);
         c->scales[r] = scale;
         row_codes(x, c->cols, scale, c->q + r * c->cols, d);
         row_stats(x, d, c->cols, &c->row_stats[r]);
@@ -252,7 +355,8 @@ static int is_source_type(thin_dtype t)
 }
 
 tq_result tq_quantize_rows(const void *src, thin_dtype src_type, size_t rows, size_t cols,
-                           uint8_t *q, float *scales, unsigned threads, tq_stats *st, size_t *bad)
+                           tq_scale_method method, uint8_t *q, float *scales, unsigned threads,
+                           tq_stats *st, size_t *bad)
 {
     if (!is_source_type(src_type))
         return TQ_BADTYPE;
@@ -264,7 +368,7 @@ tq_result tq_quantize_rows(const void *src, thin_dtype src_type, size_t rows, si
     tq_result res = TQ_NOMEM;
     if (!c || !rs || !rb)
         goto out;
-    *c = (rows_ctx){.src = src, .src_type = src_type, .cols = cols,
+    *c = (rows_ctx){.src = src, .src_type = src_type, .method = method, .cols = cols,
                     .src_row_bytes = cols * thin_dtype_size(src_type), .q = q, .scales = scales,
                     .row_stats = rs, .row_bad = rb};
     parallel_for(rows, threads ? threads : 1, rows_worker, c);

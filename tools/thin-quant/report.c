@@ -156,6 +156,8 @@ int tq_report_write_json(const tq_report *r, const char *input, const char *outp
                              r->output_digest, "summary", summary, "tensors", tensors);
     if (!root)
         return -1;
+    if (r->method)
+        json_object_set_new(root, "method", json_string(r->method));
     int rc = json_dumpf(root, out, JSON_INDENT(1)) == 0 && fputc('\n', out) != EOF ? 0 : -1;
     json_decref(root);
     return rc;

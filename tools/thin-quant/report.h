@@ -33,6 +33,7 @@ typedef struct tq_report {
     char source_digest[65];  /* input whole-file digest, hex */
     char output_digest[65];  /* output whole-file digest, hex ("" when unknown) */
     double seconds;
+    const char *method;      /* the quant method's name (static), or NULL */
 } tq_report;
 
 void tq_report_init(tq_report *r);

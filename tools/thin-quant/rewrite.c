@@ -147,8 +147,8 @@ static int fp8_rows(run *r, const thin_tensor_info *t, tq_entry *e, float *scale
         }
         if (tq_input_view(&r->in, n * row_bytes, &p) != 0)
             return ifail(r);
-        tq_result res = tq_quantize_rows(p, t->dtype, n, cols, q, scales + r0, r->o->threads,
-                                         &e->stats, &bad);
+        tq_result res = tq_quantize_rows(p, t->dtype, n, cols, r->o->scale, q, scales + r0,
+                                         r->o->threads, &e->stats, &bad);
         if (res == TQ_NONFINITE)
             return nonfinite(r, t, (uint64_t)r0 * cols + bad);
         if (res != TQ_OK) {
@@ -429,6 +429,7 @@ int tq_rewrite(const tq_options *o, tq_report *rep)
     r.rep = rep;
     r.max_layer = -1;
     r.n_layers = o->n_layers;
+    rep->method = tq_method_name(o->scale);
     json_t *root = NULL;
     double t0 = cli_now();
     int spool = tq_selection_needs_layer_count(o->sel) && !o->n_layers;

@@ -28,6 +28,7 @@ typedef struct tq_options {
     size_t n_select;
     uint32_t n_layers;          /* --n-layers, 0 = from the model */
     unsigned threads;           /* >= 1 */
+    tq_scale_method scale;      /* FP8 row scale rule (--scale) */
     thin_writer_options wopt;
 } tq_options;
 

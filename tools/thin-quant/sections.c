@@ -3,9 +3,10 @@
  *
  * The quant section (fields are only ever added):
  *   {"tool": "thin-quant", "version": "1.0.0", "profile": "quality" | "none",
- *    "method": "fp8_e4m3_row_absmax", "scale_dtype": "F32", "scale_suffix": ".scale",
+ *    "method": "fp8_e4m3_row_mse" | "fp8_e4m3_row_absmax",     the row scale rule (--scale)
+ *    "scale_dtype": "F32", "scale_suffix": ".scale",
  *    "options": {"roles": "gate,up" | null, "layers": "2-33" | null, "select": ["down:9-26"],
- *                "n_layers": 36},
+ *                "n_layers": 36, "scale": "mse" | "absmax"},
  *    "fp8": {"gate": "0-35", "up": "0-35", "down": "9-26"},   per role: layers made FP8
  *    "fp8_global": ["lm_head"],                                 roles of global FP8 tensors
  *    "bf16": 12,                                                tensors narrowed to BF16
@@ -75,15 +76,15 @@ json_t *tq_quant_section(const tq_options *o, const tq_report *rep, const json_t
     json_t *sel = json_array();
     for (size_t i = 0; i < o->n_select; i++)
         json_array_append_new(sel, json_string(o->select_args[i]));
-    json_t *opts = json_pack("{s:s?, s:s?, s:o, s:I}", "roles", o->roles_arg, "layers",
+    json_t *opts = json_pack("{s:s?, s:s?, s:o, s:I, s:s}", "roles", o->roles_arg, "layers",
                              o->layers_arg, "select", sel, "n_layers",
-                             (json_int_t)rep->n_layers);
+                             (json_int_t)rep->n_layers, "scale", tq_scale_name(o->scale));
     uint64_t before, after;
     size_t counts[3];
     tq_report_totals(rep, &before, &after, counts);
     json_t *q = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o}", "tool", "thin-quant", "version",
                           THIN_LIB_VERSION, "profile", tq_profile_name(o->sel->profile), "method",
-                          "fp8_e4m3_row_absmax", "scale_dtype", "F32", "scale_suffix", ".scale",
+                          tq_method_name(o->scale), "scale_dtype", "F32", "scale_suffix", ".scale",
                           "options", opts);
     if (!q)
         return NULL;
