@@ -15,7 +15,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
 AR      ?= ar
-B       := build
+B       ?= build
 VERSION := 1.0.0
 
 ifeq ($(V),1)

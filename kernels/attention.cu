@@ -14,6 +14,8 @@
  */
 #include "cuda_common.cuh"
 
+#include <cooperative_groups.h>
+
 #define ATTN_THREADS 128
 
 __device__ __forceinline__ float kv_load(const void *c, int dt, size_t i) {
@@ -362,6 +364,236 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
     ag_combine(a, row, kh, G, sp.n_act, wts);
 }
 
+/* ---- decode kernel: one row, a cluster of AD_CLUSTER blocks per group of positions ----
+ *
+ * Grid (KV head, split); clusters of AD_CLUSTER consecutive splits. Each block takes `chunk`
+ * positions (at least AD_CHUNK, growing with the context so that the splits cover it); clusters
+ * past the context exit at once, the others always run whole. A block loads the K and V rows of
+ * its first AD_CHUNK positions into registers before waiting for the previous kernel (every
+ * position before *pos was written by earlier steps; the newest row is loaded after the wait),
+ * computes scores, softmax and the weighted V sum for the group's query heads, and the cluster
+ * combines its blocks' partial results through distributed shared memory, each block finishing a
+ * slice of the output. With more than one active cluster (long contexts), each writes its combined
+ * partial to global memory and the last one to finish (atomic counter) combines those. */
+
+#define AD_THREADS 128
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_CLUSTER 8
+#define AD_CHUNK 32u
+
+namespace cg = cooperative_groups;
+
+template <int KDT>
+__device__ __forceinline__ uint4 kv_raw(const void *c, size_t i) {
+    return __ldcg((const uint4 *)((const uint8_t *)c + i * (KDT == THIN_DTYPE_BF16 ? 2 : 4)));
+}
+
+template <int KDT>
+__device__ __forceinline__ void kv_unpack(uint4 u, float *f) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    if (KDT == THIN_DTYPE_BF16) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[2 * j] = __uint_as_float(w[j] << 16);
+            f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) f[j] = __uint_as_float(w[j]);
+    }
+}
+
+template <int KDT, int GM>
+__global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
+    pdl_trigger();
+    constexpr int EPV = kv_epv<KDT>::n;
+    extern __shared__ float sm[];
+    __shared__ float ml[2 * GM];
+    __shared__ int last;
+    cg::cluster_group cl = cg::this_cluster();
+    const uint32_t kh = blockIdx.x, split = blockIdx.y, hd = a.head_dim, G = a.n_heads / a.n_kv;
+    const uint32_t LP = hd / EPV, PPW = 32 / LP, PPR = AD_WARPS * PPW; /* positions per round */
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane % LP;
+    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
+    const uint32_t WIN = PPR > AD_CHUNK ? PPR : AD_CHUNK; /* positions per register window */
+    uint32_t chunk = (npos + gridDim.y - 1) / gridDim.y;
+    chunk = chunk < WIN ? WIN : (chunk + PPR - 1) / PPR * PPR;
+    const uint32_t n_act = (npos + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
+    const uint32_t cidx = split / AD_CLUSTER, rank = split % AD_CLUSTER;
+    if (cidx >= n_cl) return; /* the whole cluster is past the context */
+    const uint32_t start = split * chunk, end = min(npos, start + chunk);
+    const uint32_t len = start < end ? end - start : 0;
+    const size_t kv_dim = (size_t)a.n_kv * hd, kvo = (size_t)kh * hd + j * EPV;
+    constexpr int NW = AD_CHUNK / AD_WARPS; /* most rounds in a window (one position per warp) */
+    const uint32_t nr0 = WIN / PPR;         /* rounds in a window */
+    uint4 kr[NW], vr[NW];
+#pragma unroll
+    for (int r = 0; r < NW; r++) {
+        const uint32_t p = start + r * PPR + warp * PPW + lane / LP;
+        if ((uint32_t)r < nr0 && p < end && p < pos0) {
+            kr[r] = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
+            vr[r] = kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
+        }
+    }
+    pdl_wait();
+    float *sc = sm, *red = sc + (size_t)G * a.chunk_max;
+    float qv[GM][EPV];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if ((uint32_t)g >= G) break;
+        const float *q = a.q + (size_t)(kh * G + g) * hd + j * EPV;
+#pragma unroll
+        for (int e = 0; e < EPV; e += 4) {
+            const float4 v = __ldcg((const float4 *)(q + e));
+            qv[g][e] = v.x, qv[g][e + 1] = v.y, qv[g][e + 2] = v.z, qv[g][e + 3] = v.w;
+        }
+    }
+    const float scale = rsqrtf((float)hd);
+    /* scores of [start, end) into sc[g * chunk_max + p - start] */
+    for (uint32_t w0 = 0; w0 < len; w0 += WIN) {
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            if ((uint32_t)r >= nr0) break;
+            const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
+            const bool ok = p < end;
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (ok && w0 == 0 && p < pos0) u = kr[r];
+            else if (ok) u = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
+            float kf[EPV];
+            kv_unpack<KDT>(u, kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPV; e++) s = fmaf(qv[g][e], kf[e], s);
+                for (uint32_t o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (j == 0 && ok) sc[g * a.chunk_max + p - start] = s * scale;
+            }
+        }
+    }
+    __syncthreads();
+    /* softmax per head: sc = exp(s - m); ml = (m, sum) */
+    for (uint32_t g = warp; g < G; g += AD_WARPS) {
+        float *x = sc + g * a.chunk_max;
+        float m = -INFINITY;
+        for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (uint32_t i = lane; i < len; i += 32) {
+            const float e = expf(x[i] - m);
+            x[i] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) {
+            ml[2 * g] = m;
+            ml[2 * g + 1] = l;
+        }
+    }
+    __syncthreads();
+    /* weighted sum of V */
+    float acc[GM][EPV];
+#pragma unroll
+    for (int g = 0; g < GM; g++)
+#pragma unroll
+        for (int e = 0; e < EPV; e++) acc[g][e] = 0.0f;
+    for (uint32_t w0 = 0; w0 < len; w0 += WIN) {
+#pragma unroll
+        for (int r = 0; r < NW; r++) {
+            if ((uint32_t)r >= nr0) break;
+            const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
+            if (p >= end) continue;
+            const uint4 u = w0 == 0 && p < pos0 ? vr[r] : kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
+            float vf[EPV];
+            kv_unpack<KDT>(u, vf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                const float wgt = sc[g * a.chunk_max + p - start];
+#pragma unroll
+                for (int e = 0; e < EPV; e++) acc[g][e] = fmaf(wgt, vf[e], acc[g][e]);
+            }
+        }
+    }
+    for (uint32_t o = LP; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+#pragma unroll
+            for (int e = 0; e < EPV; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+    if (lane < LP)
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if ((uint32_t)g >= G) break;
+#pragma unroll
+            for (int e = 0; e < EPV; e++) red[(warp * G + g) * hd + j * EPV + e] = acc[g][e];
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        float t = red[i];
+        for (uint32_t w = 1; w < AD_WARPS; w++) t += red[w * G * hd + i];
+        red[i] = t; /* this block's unnormalised sums; each i read and written by one thread */
+    }
+    if (len == 0 && threadIdx.x < G) {
+        ml[2 * threadIdx.x] = -INFINITY;
+        ml[2 * threadIdx.x + 1] = 0.0f;
+    }
+    cl.sync(); /* every block's red and ml are ready */
+    /* this block's slice of the G * hd outputs, combined over the cluster's active blocks */
+    const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
+    const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
+    const size_t stride = hd + 2;
+    float *part = a.partial + (size_t)kh * G * a.n_splits * stride; /* [g][cluster][hd + 2] */
+    for (uint32_t i = rank * per + threadIdx.x; i < min(G * hd, (rank + 1) * per); i += blockDim.x) {
+        const uint32_t g = i / hd;
+        float M = -INFINITY;
+        for (uint32_t b = 0; b < in_cl; b++) M = fmaxf(M, cl.map_shared_rank(ml, b)[2 * g]);
+        float L = 0.0f, o = 0.0f;
+        for (uint32_t b = 0; b < in_cl; b++) {
+            const float *mlb = cl.map_shared_rank(ml, b);
+            if (mlb[2 * g + 1] == 0.0f) continue;
+            const float f = expf(mlb[2 * g] - M);
+            L += mlb[2 * g + 1] * f;
+            o += cl.map_shared_rank(red, b)[i] * f;
+        }
+        if (n_cl == 1) {
+            a.out[(size_t)kh * G * hd + i] = o / L;
+        } else {
+            float *pg = part + ((size_t)g * a.n_splits + cidx) * stride;
+            pg[i % hd] = o;
+            if (i % hd == 0) {
+                pg[hd] = M;
+                pg[hd + 1] = L;
+            }
+        }
+    }
+    if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
+    cl.sync(); /* no block leaves while others still read its shared memory */
+    if (n_cl == 1 || rank != 0) return;
+    /* several clusters: the last to finish combines their partials (rank 0 block) */
+    if (threadIdx.x == 0) {
+        unsigned int *cnt = a.counter + kh;
+        last = atomicAdd(cnt, 1u) == n_cl - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const uint32_t g = i / hd, d = i % hd;
+        const float *pg = part + (size_t)g * a.n_splits * stride;
+        float M = -INFINITY;
+        for (uint32_t c = 0; c < n_cl; c++) M = fmaxf(M, __ldcg(pg + c * stride + hd));
+        float L = 0.0f, o = 0.0f;
+        for (uint32_t c = 0; c < n_cl; c++) {
+            const float f = expf(__ldcg(pg + c * stride + hd) - M);
+            L += __ldcg(pg + c * stride + hd + 1) * f;
+            o += __ldcg(pg + c * stride + d) * f;
+        }
+        a.out[(size_t)kh * G * hd + i] = o / L;
+    }
+}
+
 size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits) {
     size_t grouped = (size_t)group * (chunk_max + AG_WARPS * head_dim + 2 + n_splits);
     size_t generic = (size_t)head_dim + chunk_max + ATTN_THREADS;
@@ -403,8 +635,52 @@ static cudaError_t launch_group_dt(const attn_args *a, int gm, uint32_t n, cudaS
     }
 }
 
+/* Positions per round of the decode kernel (AD_WARPS warps, head_dim / EPV lanes a position). */
+static uint32_t decode_ppr(uint32_t head_dim, int kv_dtype) {
+    const uint32_t lp = head_dim / (kv_dtype == THIN_DTYPE_BF16 ? 8 : 4);
+    return AD_WARPS * (32 / lp);
+}
+
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t head_dim, int kv_dtype) {
+    const uint32_t ppr = decode_ppr(head_dim, kv_dtype), win = ppr > AD_CHUNK ? ppr : AD_CHUNK;
+    uint32_t c = (max_ctx + n_splits - 1) / n_splits;
+    return c < win ? win : (c + ppr - 1) / ppr * ppr;
+}
+
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max) {
+    return ((size_t)group * chunk_max + (size_t)AD_WARPS * group * head_dim) * sizeof(float);
+}
+
+template <int KDT, int GM>
+static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
+    const uint32_t g = a->n_heads / a->n_kv;
+    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem,
+                     st, dim3(1, AD_CLUSTER, 1), *a);
+}
+
+template <int KDT>
+static cudaError_t launch_decode_dt(const attn_args *a, int gm, cudaStream_t st) {
+    switch (gm) {
+    case 1: return launch_decode<KDT, 1>(a, st);
+    case 2: return launch_decode<KDT, 2>(a, st);
+    case 4: return launch_decode<KDT, 4>(a, st);
+    default: return launch_decode<KDT, 8>(a, st);
+    }
+}
+
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
     const int gm = group_max(a);
+    if (gm && n == 1 && a->cluster && a->n_splits % AD_CLUSTER == 0 &&
+        a->chunk_max >= attn_decode_chunk_max(1, a->n_splits, a->head_dim, a->kv_dtype)) {
+        if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode_dt<THIN_DTYPE_BF16>(a, gm, st);
+        return launch_decode_dt<THIN_DTYPE_F32>(a, gm, st);
+    }
     if (!gm) return launch_generic(a, n, st);
     if (a->kv_dtype == THIN_DTYPE_BF16) return launch_group_dt<THIN_DTYPE_BF16>(a, gm, n, st);
     return launch_group_dt<THIN_DTYPE_F32>(a, gm, n, st);

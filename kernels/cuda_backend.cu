@@ -15,6 +15,9 @@
 
 int thin_cuda_pdl = 1;
 int thin_cuda_fuse = 1;
+int thin_cuda_cluster = 1;
+int thin_cuda_carveout = -1;
+int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -117,10 +120,32 @@ static int alloc_state(cuda_session *s) {
     /* Several rows: about two blocks per SM over the query heads. One row: about two blocks per SM
      * over the KV heads (the grouped kernel), each split at least ATTN_MIN_CHUNK positions. */
     split_plan(s, (2u * (uint32_t)s->n_sm + maxh - 1) / maxh, maxg, maxhd, &s->n_splits, &s->chunk_max);
-    if (thin_cuda_fuse)
+    if (thin_cuda_fuse && thin_cuda_cluster) {
+        /* The cluster kernel: whole clusters of 8 splits, about two blocks per SM over the KV
+         * heads for long contexts (short ones use the first cluster only). */
+        uint32_t ns = (2u * (uint32_t)s->n_sm + min_kv * 8 - 1) / (min_kv * 8) * 8;
+        const char *ds = getenv("THIN_CUDA_DEC_SPLITS"); /* for measurements */
+        if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
+        if (ns < 8) ns = 8;
+        for (;;) {
+            s->dec_chunk = 0;
+            for (uint32_t i = 0; i < p->n_ops; i++) {
+                const plan_op *o = &p->ops[i];
+                if (o->kind != PLAN_ATTENTION) continue;
+                uint32_t c = attn_decode_chunk_max(s->max_ctx, ns, o->head_dim, p->kv_dtype);
+                s->dec_chunk = c > s->dec_chunk ? c : s->dec_chunk;
+            }
+            if (attn_decode_smem(maxhd, maxg, s->dec_chunk) <= 160 * 1024 || ns >= 1024) break;
+            ns *= 2;
+        }
+        s->dec_splits = ns;
+        if (attn_smem_floats(maxhd, maxg, s->dec_chunk, ns) * 4 > 200 * 1024)
+            return cuda_failf(s, "context %u too long for the attention kernels", s->max_ctx);
+    } else if (thin_cuda_fuse) {
         split_plan(s, (2u * (uint32_t)s->n_sm + min_kv - 1) / min_kv, maxg, maxhd, &s->dec_splits, &s->dec_chunk);
-    else
+    } else {
         s->dec_splits = s->n_splits, s->dec_chunk = s->chunk_max;
+    }
     size_t part = (size_t)s->max_batch * maxh * s->n_splits * (maxhd + 2) * sizeof(float);
     size_t part1 = (size_t)maxh * s->dec_splits * (maxhd + 2) * sizeof(float);
     if (part1 > part) part = part1;
@@ -179,10 +204,21 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_pdl = !(pdl && strcmp(pdl, "0") == 0);
     const char *fuse = getenv("THIN_CUDA_FUSE");
     thin_cuda_fuse = !(fuse && strcmp(fuse, "0") == 0);
+    const char *clu = getenv("THIN_CUDA_CLUSTER");
+    thin_cuda_cluster = !(clu && strcmp(clu, "0") == 0);
+    const char *co = getenv("THIN_CUDA_CARVEOUT");
+    thin_cuda_carveout = co && *co ? atoi(co) : -1;
+    if (thin_cuda_carveout > 100) thin_cuda_carveout = 100;
+    const char *mv = getenv("THIN_CUDA_MV");
+    thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0;
+    if (mv) sscanf(mv, "%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));
     CK(s, cudaDeviceGetAttribute(&s->n_sm, cudaDevAttrMultiProcessorCount, 0));
+    int has_cluster = 0;
+    if (cudaDeviceGetAttribute(&has_cluster, cudaDevAttrClusterLaunch, 0) != cudaSuccess) has_cluster = 0;
+    if (!has_cluster) thin_cuda_cluster = 0;
     CK(s, cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
     uint32_t n = p->n_ops ? p->n_ops : 1;
     s->op_w = (int *)malloc(n * sizeof(int));

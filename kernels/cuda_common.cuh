@@ -124,6 +124,24 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+/* Preferred shared-memory carveout (percent) set on every kernel before its first launch (env
+ * THIN_CUDA_CARVEOUT=0..100), so that neighbouring kernels can share an SM without reconfiguring
+ * it; -1 (the default): the driver's choice per kernel, which measured faster on the H200. */
+extern int thin_cuda_carveout;
+/* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS"): registers limited for MINB (1 or 3)
+ * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
+extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
+
+static inline void set_carveout(const void *k) {
+    static const void *seen[64];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i] == k) return;
+    if (n_seen < 64) seen[n_seen++] = k;
+    if (thin_cuda_carveout >= 0)
+        (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, thin_cuda_carveout);
+}
+
 /* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when enabled. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
@@ -141,6 +159,34 @@ static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t s
         cfg.numAttrs = 1;
     }
     thin_cuda_launches++;
+    set_carveout((const void *)k);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* launch_k with thread block clusters of cluster_dim blocks. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                    cudaStream_t st, dim3 cluster_dim, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cluster_dim.x;
+    at[0].val.clusterDim.y = cluster_dim.y;
+    at[0].val.clusterDim.z = cluster_dim.z;
+    cfg.numAttrs = 1;
+    if (thin_cuda_pdl) {
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 2;
+    }
+    cfg.attrs = at;
+    thin_cuda_launches++;
+    set_carveout((const void *)k);
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -222,10 +268,19 @@ struct attn_args {
     float *partial;      /* n × n_heads × n_splits × (head_dim + 2) floats */
     unsigned int *counter; /* n × n_kv zeros: splits done per (row, KV head); left at zero */
     const int32_t *pos;
+    int cluster;         /* one row: the cluster kernel may run (n_splits a multiple of 8 and
+                            chunk_max from attn_decode_chunk_max) */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u
+/* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits
+ * splits, and its shared memory in bytes. */
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t head_dim, int kv_dtype);
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max);
+/* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
+ * them and env THIN_CUDA_CLUSTER is not 0. */
+extern int thin_cuda_cluster;
 /* Shared-memory floats the attention launch needs for head group g (query heads per KV head). */
 size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits);
 

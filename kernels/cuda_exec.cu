@@ -136,6 +136,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.chunk_max = n == 1 ? s->dec_chunk : s->chunk_max;
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
+    t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;
     t.pos = s->d_pos;
     CK(s, launch_attention(&t, n, s->st));
     return 0;

@@ -13,13 +13,29 @@
 #define MV_WARPS 8
 #define MV_UNROLL 8
 
-/* Dot product of 16 bytes of weights (EPV elements of DT) with EPV floats of x in shared memory. */
+/* x is staged in shared memory in planes of float4 (see stage_x): the j-th float4 of vector v
+ * lies at xs[j * ps + 4 * v], so the lanes of a warp, which take consecutive vectors, read
+ * consecutive 16-byte words of a plane (no bank conflicts whatever the dtype's width). */
 template <int DT>
-__device__ __forceinline__ float dot16(uint4 w, const float *xs) {
+struct vec_of {
+    static constexpr uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+};
+
+/* Shared-memory index of element i of x (vectors of EPV elements, planes ps floats apart). */
+template <int DT>
+__device__ __forceinline__ uint32_t x_index(uint32_t i, uint32_t ps) {
+    constexpr uint32_t EPV = vec_of<DT>::epv;
+    return ((i % EPV) >> 2) * ps + (i / EPV) * 4 + (i & 3);
+}
+
+/* Dot product of 16 bytes of weights (EPV elements of DT) with the EPV floats of x of that vector
+ * (xs: its first float4; the others follow ps floats apart). */
+template <int DT>
+__device__ __forceinline__ float dot16(uint4 w, const float *xs, uint32_t ps) {
     float s = 0.0f;
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
     if (DT == THIN_DTYPE_BF16) {
-        const float4 a = *(const float4 *)xs, b = *(const float4 *)(xs + 4);
+        const float4 a = *(const float4 *)xs, b = *(const float4 *)(xs + ps);
         s = fmaf(__uint_as_float(u[0] << 16), a.x, s);
         s = fmaf(__uint_as_float(u[0] & 0xffff0000u), a.y, s);
         s = fmaf(__uint_as_float(u[1] << 16), a.z, s);
@@ -30,16 +46,19 @@ __device__ __forceinline__ float dot16(uint4 w, const float *xs) {
         s = fmaf(__uint_as_float(u[3] & 0xffff0000u), b.w, s);
     } else if (DT == THIN_DTYPE_F16) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            __half2 h = *(const __half2 *)&u[j];
-            float2 f = __half22float2(h);
-            s = fmaf(f.x, xs[2 * j], s);
-            s = fmaf(f.y, xs[2 * j + 1], s);
+        for (int j = 0; j < 2; j++) {
+            const float4 a = *(const float4 *)(xs + j * ps);
+            float2 f0 = __half22float2(*(const __half2 *)&u[2 * j]);
+            float2 f1 = __half22float2(*(const __half2 *)&u[2 * j + 1]);
+            s = fmaf(f0.x, a.x, s);
+            s = fmaf(f0.y, a.y, s);
+            s = fmaf(f1.x, a.z, s);
+            s = fmaf(f1.y, a.w, s);
         }
     } else if (DT == THIN_DTYPE_F8_E4M3) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const float4 a = *(const float4 *)(xs + 4 * j);
+            const float4 a = *(const float4 *)(xs + j * ps);
             __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
             __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
             float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
@@ -66,17 +85,12 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     return v;
 }
 
-template <int DT>
-struct vec_of {
-    static constexpr uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-};
-
-/* Issues the loads of one batch (MV_UNROLL vectors, 32 apart, from vector `base`) of NR rows. */
-template <int NR>
-__device__ __forceinline__ void load_batch(uint4 (&w)[NR][MV_UNROLL], const uint4 *const *rows,
+/* A batch: HB vectors per lane (32 apart, from vector `base`) of each of NR rows. */
+template <int NR, int HB>
+__device__ __forceinline__ void load_batch(uint4 (&w)[NR][HB], const uint4 *const *rows,
                                            uint32_t base, uint32_t nvec) {
 #pragma unroll
-    for (int k = 0; k < MV_UNROLL; k++) {
+    for (int k = 0; k < HB; k++) {
         uint32_t v = base + 32 * k;
 #pragma unroll
         for (int r = 0; r < NR; r++)
@@ -84,15 +98,16 @@ __device__ __forceinline__ void load_batch(uint4 (&w)[NR][MV_UNROLL], const uint
     }
 }
 
-template <int DT, int NR>
-__device__ __forceinline__ void use_batch(const uint4 (&w)[NR][MV_UNROLL], uint32_t base,
+template <int DT, int NR, int HB>
+__device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t base,
                                           uint32_t nvec, const float *xs, float *acc) {
+    const uint32_t ps = nvec * 4;
 #pragma unroll
-    for (int k = 0; k < MV_UNROLL; k++) {
+    for (int k = 0; k < HB; k++) {
         uint32_t v = base + 32 * k;
         if (v < nvec) {
 #pragma unroll
-            for (int r = 0; r < NR; r++) acc[r] += dot16<DT>(w[r][k], xs + (size_t)v * vec_of<DT>::epv);
+            for (int r = 0; r < NR; r++) acc[r] += dot16<DT>(w[r][k], xs + 4 * v, ps);
         }
     }
 }
@@ -109,9 +124,12 @@ __device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, fl
     }
 }
 
-/* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch. */
+/* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch,
+ * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). */
+template <int DT>
 __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
                                         float *red, const float (&nw)[MV_XPRE]) {
+    const uint32_t ps = pitch / vec_of<DT>::epv * 4;
     float ss = 0.0f;
     for (uint32_t i0 = threadIdx.x; i0 < pitch; i0 += MV_XPRE * blockDim.x) {
         float v[MV_XPRE];
@@ -123,7 +141,7 @@ __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t co
 #pragma unroll
         for (int k = 0; k < MV_XPRE; k++) {
             const uint32_t i = i0 + k * blockDim.x;
-            if (i < pitch) xs[i] = v[k];
+            if (i < pitch) xs[x_index<DT>(i, ps)] = v[k];
             ss += v[k] * v[k];
         }
     }
@@ -133,10 +151,10 @@ __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t co
 #pragma unroll
         for (int k = 0; k < MV_XPRE; k++) {
             const uint32_t i = threadIdx.x + k * blockDim.x;
-            if (i < cols) xs[i] = nw[k] * (inv * xs[i]);
+            if (i < cols) xs[x_index<DT>(i, ps)] = nw[k] * (inv * xs[x_index<DT>(i, ps)]);
         }
         for (uint32_t i = threadIdx.x + MV_XPRE * blockDim.x; i < cols; i += blockDim.x)
-            xs[i] = load_elem(a.norm_w, a.norm_dtype, i) * (inv * xs[i]);
+            xs[x_index<DT>(i, ps)] = load_elem(a.norm_w, a.norm_dtype, i) * (inv * xs[x_index<DT>(i, ps)]);
     }
     __syncthreads();
 }
@@ -172,10 +190,23 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     }
 }
 
-/* Rope epilogue: rows (rr, rr + half) of segment s, rotated by the angle of their index within
- * the head at *pos (as op_rope), written out and into the segment's cache row *pos. */
+/* The rotation (cos, sin) of rows (rr, rr + half) of segment s at *pos, or (1, 0) when the
+ * segment has no frequency table. Computed as soon as the rows are known, so that its double
+ * precision sincos runs while the row's weights are in flight. */
+__device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr) {
+    const mv_seg &g = a.seg[s];
+    if (!g.freq) return make_float2(1.0f, 0.0f);
+    const uint32_t i = (uint32_t)((g.w.row0 + rr) % a.head_dim);
+    double sn, cs;
+    sincos((double)*a.pos * g.freq[i], &sn, &cs);
+    return make_float2((float)cs, (float)sn);
+}
+
+/* Rope epilogue: rows (rr, rr + half) of segment s, rotated by rot (as op_rope), written out and
+ * into the segment's cache row *pos. */
 template <int DT>
-__device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1) {
+__device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
+                                           float2 rot) {
     const mv_seg &g = a.seg[s];
     const uint32_t half = a.head_dim / 2;
     if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) {
@@ -185,12 +216,8 @@ __device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr,
     const int32_t pos = *a.pos;
     float y0 = x0, y1 = x1;
     if (g.freq) {
-        const uint32_t i = (uint32_t)((g.w.row0 + rr) % a.head_dim);
-        double sn, cs;
-        sincos((double)pos * g.freq[i], &sn, &cs);
-        const float c = (float)cs, sf = (float)sn;
-        y0 = x0 * c - x1 * sf;
-        y1 = x0 * sf + x1 * c;
+        y0 = x0 * rot.x - x1 * rot.y;
+        y1 = x0 * rot.y + x1 * rot.x;
     }
     g.out[rr] = y0;
     g.out[rr + half] = y1;
@@ -202,9 +229,10 @@ __device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr,
 }
 
 template <int DT, int NR>
-__device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc) {
+__device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
+                                          float2 rot) {
     if (NR == 2 && a.rope) {
-        store_rope<DT>(a, s, rr, acc[0], acc[1]);
+        store_rope<DT>(a, s, rr, acc[0], acc[1], rot);
         return;
     }
     if (NR == 2) {
@@ -223,76 +251,100 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
     if (a.resid) a.resid[rr] += y;
 }
 
-/* Persistent warps: each takes rows r, r + all warps, ...; the first batch of the next row is
- * loaded before the current row's reduction, and the first row's before waiting for the previous
- * kernel (weights do not depend on it). */
-template <int DT, int NR>
+/* Persistent warps: each takes units (rows, or row pairs) r, r + all warps, ...: loads HB vectors
+ * per lane and row, uses them, loads the next; the first batch of the next unit is loaded before
+ * the current unit's reduction, and the first unit's before waiting for the previous kernel
+ * (weights do not depend on it; the position, read by the rope rotation, is set before the step's
+ * first kernel). */
+template <int DT, int NR, int HB>
 __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
     const dmat &w0 = a.seg[0].w;
     const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
     const int lane = threadIdx.x & 31;
     const uint32_t stride = gridDim.x * MV_WARPS;
+    const bool rope = NR == 2 && a.rope;
     uint32_t r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    uint4 w[NR][MV_UNROLL];
+    uint4 w[NR][HB];
     const uint4 *rows[NR];
     int seg = 0;
     uint32_t rr = 0;
+    float2 rot = make_float2(1.0f, 0.0f);
     if (r < total) {
         rows_of<NR>(a, r, rows, &seg, &rr);
-        load_batch<NR>(w, rows, lane, nvec);
+        load_batch<NR, HB>(w, rows, lane, nvec);
+        if (rope && lane == 0) rot = rope_rot(a, seg, rr);
     }
     float nw[MV_XPRE];
     preload_norm(a, w0.cols, nw);
     pdl_wait();
-    stage_x(xs, a, w0.cols, w0.pitch, red, nw);
+    stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
     for (; r < total; r += stride) {
         float acc[NR];
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = 0.0f;
-        use_batch<DT, NR>(w, lane, nvec, xs, acc);
-        for (uint32_t base = lane + 32 * MV_UNROLL; base < nvec; base += 32 * MV_UNROLL) {
-            load_batch<NR>(w, rows, base, nvec);
-            use_batch<DT, NR>(w, base, nvec, xs, acc);
+        use_batch<DT, NR, HB>(w, lane, nvec, xs, acc);
+        for (uint32_t base = lane + 32 * HB; base < nvec; base += 32 * HB) {
+            load_batch<NR, HB>(w, rows, base, nvec);
+            use_batch<DT, NR, HB>(w, base, nvec, xs, acc);
         }
         const int cur_seg = seg;
         const uint32_t cur_rr = rr;
+        const float2 cur_rot = rot;
         if (r + stride < total) {
             rows_of<NR>(a, r + stride, rows, &seg, &rr);
-            load_batch<NR>(w, rows, lane, nvec);
+            load_batch<NR, HB>(w, rows, lane, nvec);
+            if (rope && lane == 0) rot = rope_rot(a, seg, rr);
         }
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
-        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc);
+        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot);
     }
 }
 
-template <int DT>
-__global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(const mv_args a, uint32_t total) {
+/* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
+ * more, batches of MV_UNROLL / 2 vectors per lane and row keep the registers down. */
+template <int DT, int MINB>
+__global__ void __launch_bounds__(MV_WARPS * 32, MINB) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
-    if (a.pair || a.rope) matvec_body<DT, 2>(a, total, xs, red);
-    else matvec_body<DT, 1>(a, total, xs, red);
+    constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
+    if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
+    else matvec_body<DT, 1, HB>(a, total, xs, red);
 }
 
-template <int DT>
-static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
+template <int DT, int MINB>
+static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB>,
                                                                   MV_WARPS * 32, smem);
     if (e != cudaSuccess) return e;
-    uint32_t blocks = (total + MV_WARPS - 1) / MV_WARPS;
-    uint32_t cap = (uint32_t)n_sm * (uint32_t)(per_sm > 0 ? per_sm : 1); /* all resident at once */
-    if (blocks > cap) blocks = cap;
-    return launch_k(matvec_kernel<DT>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+    if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
+    /* All blocks resident at once; each warp gets the same number of units (the fewest blocks
+     * that give that count), so that no warp runs on alone at the end. */
+    const uint32_t cap = (uint32_t)n_sm * (uint32_t)(per_sm > 0 ? per_sm : 1);
+    const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
+    uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
+    if (blocks < 1) blocks = 1;
+    return launch_k(matvec_kernel<DT, MINB>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+}
+
+/* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 rows do best with two blocks of long
+ * batches, FP8 rows (half the bytes per element, more work per byte) with three blocks of half
+ * batches (measured on the H200; env THIN_CUDA_MV overrides). */
+template <int DT>
+static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
+    int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
+    if (minb >= 3) return launch_v<DT, 3>(a, n_sm, st);
+    return launch_v<DT, 1>(a, n_sm, st);
 }
 
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st) {

@@ -3,7 +3,8 @@
  * on a small random Llama-style plan built in memory: GQA, odd intermediate size (row padding),
  * rope on layer 0 only, F32 / BF16 / BF16 with FP8 gate-up-down weights, BF16 and F32 KV caches.
  * Checks one-token decode (CUDA graph), batched prefill (GEMM), prefill chunking, the split
- * attention at long contexts, the device argmax and greedy sampling.
+ * attention at long contexts (several clusters of the decode kernel), the device argmax and greedy
+ * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -16,7 +17,9 @@
 #include "../../tools/thin-run/exec_cpu.h"
 #include "ops.h"
 
-enum { V = 1000, H = 256, I = 688, L = 2, NH = 8, NKV = 2, HD = 32, KV = NKV * HD, CTX = 600 };
+enum { V = 1000, I = 688, L = 2, CTX = 600 };
+/* Attention shape of the case being run (set by run_case). */
+static uint32_t H = 256, NH = 8, NKV = 2, HD = 32, KV = 64;
 enum { B_X, B_H, B_Q, B_K, B_V, B_ATT, B_G, B_U, B_LOGITS, N_BUFS };
 
 static int failures;
@@ -100,7 +103,9 @@ static void norm(model *m, int layer, int in, int out, thin_dtype dt) {
 
 static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     static char *names[N_BUFS] = {"x", "h", "q", "k", "v", "att", "g", "u", "logits"};
-    static uint64_t sizes[N_BUFS] = {H, H, H, KV, KV, H, I, I, V};
+    static uint64_t sizes[N_BUFS];
+    const uint64_t sz[N_BUFS] = {H, H, H, KV, KV, H, I, I, V};
+    memcpy(sizes, sz, sizeof sizes);
     memset(m, 0, sizeof *m);
     m->p.hp = (plan_hparams){V, H, I, L, NH, NKV, HD, CTX, 1e-5f, 10000.0f, 1, {2, -1}};
     m->p.n_bufs = N_BUFS;
@@ -164,6 +169,7 @@ static void compare(const float *a, const float *b, size_t n, double *rel, doubl
 static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv,
                      double tol_decode, double tol_prefill) {
     model m;
+    KV = NKV * HD;
     build(&m, dt, ffn_dt, kv);
     enum { NP = 40, ND = 24, NLONG = 520 };
     int32_t toks[NLONG];
@@ -260,6 +266,10 @@ int main(void) {
     run_case("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("F16 w, F32 kv", THIN_DTYPE_F16, THIN_DTYPE_F16, THIN_DTYPE_F32, 1e-3, 1e-3);
+    /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
+    H = 512, NH = 4, NKV = 1, HD = 128;
+    run_case("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    run_case("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
