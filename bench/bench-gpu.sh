@@ -128,6 +128,8 @@ for m in s3 s3q; do
     row "$name load s / ttft s (after load)" "$(fmt "$(jget "$WORK/$m-d.json" load_s)" 2) / $(fmt "$(jget "$WORK/$m-d.json" ttft_s)" 4)"
     THIN_CUDA_PDL=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nopdl.json" 2>>"$LOG"
     row "$name decode tok/s without PDL (THIN_CUDA_PDL=0)" "$(fmt "$(jget "$WORK/$m-nopdl.json" decode_tok_s)" 1)"
+    THIN_CUDA_CLUSTER=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nocl.json" 2>>"$LOG"
+    row "$name decode tok/s, split attention (THIN_CUDA_CLUSTER=0)" "$(fmt "$(jget "$WORK/$m-nocl.json" decode_tok_s)" 1)"
     THIN_CUDA_FUSE=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nofuse.json" 2>>"$LOG"
     row "$name decode tok/s unfused (THIN_CUDA_FUSE=0)" "$(fmt "$(jget "$WORK/$m-nofuse.json" decode_tok_s)" 1)"
     python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$WORK/$m-d.json" "$WORK/$m-nofuse.json" >"$WORK/same.txt" 2>&1

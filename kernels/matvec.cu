@@ -329,7 +329,8 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     /* All blocks resident at once; each warp gets the same number of units (the fewest blocks
-     * that give that count), so that no warp runs on alone at the end. */
+     * that give that count), so that no warp runs on alone at the end. (Dealing units round the
+     * blocks instead, to even out the SMs, measured slower.) */
     const uint32_t cap = (uint32_t)n_sm * (uint32_t)(per_sm > 0 ? per_sm : 1);
     const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
     uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
