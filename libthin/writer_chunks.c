@@ -165,6 +165,16 @@ thin_status thin_wchunks_write(thin_writer *w, const uint8_t *data, size_t n)
             s = push(w, *slot, raw, 0);
         }
     }
-    if (!s && borrowed) s = thin_wchunks_flush(w);
+    if (!s && borrowed) {
+        /* The caller's bytes must be hashed before returning. A chunk begun after them waits in
+         * slot n_jobs, but after the flush filling resumes in slot 0: move it there. */
+        unsigned k = w->n_jobs;
+        s = thin_wchunks_flush(w);
+        if (!s && w->fill && k) {
+            uint8_t *t = w->slots[0];
+            w->slots[0] = w->slots[k];
+            w->slots[k] = t;
+        }
+    }
     return s;
 }

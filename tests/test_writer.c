@@ -169,15 +169,19 @@ static void test_thread_count_determinism(void **state)
     }
 }
 
-/* The same bytes written in one call, in pieces crossing chunk boundaries, and byte by byte. */
+/* The same bytes written in one call, in pieces crossing chunk boundaries, byte by byte, and in
+ * pieces of whole chunks and a part of the next (with several threads the whole chunks are
+ * hashed in place while the part waits in a buffer across the call). */
 static void test_write_piece_sizes(void **state)
 {
     fx *f = *state;
-    size_t pieces[] = {0, 4095, 1};
+    size_t pieces[] = {0, 4095, 1, 4096 + 1000, 3 * 4096 + 7, 2 * 4096 + 4095};
+    unsigned threads[] = {2, 2, 2, 2, 3, 8};
     uint8_t *first = NULL;
     size_t first_len = 0;
-    for (int k = 0; k < 3; k++) {
-        thin_writer_options o = {.chunk_size = 4096, .codec = THIN_CODEC_ZSTD, .threads = 2};
+    assert_true(f->s.nbytes[1] > 8 * 4096);
+    for (int k = 0; k < 6; k++) {
+        thin_writer_options o = {.chunk_size = 4096, .codec = THIN_CODEC_ZSTD, .threads = threads[k]};
         thin_writer *w = thin_writer_new();
         assert_int_equal(thin_writer_open(w, f->path, &o), THIN_OK);
         assert_int_equal(thin_writer_begin_tensor(w, &f->s.d[1]), THIN_OK);
