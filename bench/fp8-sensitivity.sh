@@ -22,7 +22,11 @@
 # --layers N, default 8; P pseudo-random ids from Python's random.Random(0), default 64, as
 # bench/report.py): the quality profile with each rule, each of its FP8 roles alone (mse), and
 # its FP8 tensors perturbed by each eps (seed 1). --layers 36 (the real depth) needs about 17 GB
-# in WORK at a time and takes about 25 minutes on 2 cores.
+# in WORK at a time and takes about 25 minutes on 2 cores with --eps "0.0115 0.026".
+#
+# The last column, (1 - min cos) / rel^2, is the loss per squared relative weight error: about
+# constant for a model when the loss is what the error's size alone predicts (the perturbations),
+# and what FP8 rows are compared with.
 #
 # Environment: BIN (thin-* tools, default build/bin), WORK (work folder, default a temporary one
 # in $TMPDIR, removed at the end), CC (default cc), PYTHON (default python3, standard library).
@@ -71,7 +75,9 @@ fp8_rel() {
 t = [e for e in json.load(open(sys.argv[1]))["tensors"] if e["action"] == "fp8"]
 print("%.5f" % (sum(e["rel_rms"] ** 2 for e in t) / len(t)) ** 0.5 if t else "-")' "$1"
 }
-row() { printf "%-22s %-7s %-8s %-9s %-9s\n" "$@"; }
+row() { printf "%-22s %-7s %-8s %-9s %-9s %s\n" "$@"; }
+# k REL MIN: (1 - MIN) / REL^2, the loss per squared relative weight error ("-" without REL)
+k() { echo "$1 $2" | awk '$1 + 0 > 0 {printf "%.1f", (1 - $2) / ($1 * $1); exit} {print "-"}'; }
 
 if [ "$STORIES" = 1 ]; then
     S=fixtures/stories260k
@@ -112,23 +118,23 @@ if [ "$STORIES" = 1 ]; then
     rm -f "$W/all.txt"
     echo
     echo "stories260K: profiles (FP8 rel. RMS: over the FP8 tensors)"
-    row profile scale "FP8 rel" "min cos" "mean cos"
+    row profile scale "FP8 rel" "min cos" "mean cos" "(1-min)/rel^2"
     "$BIN/thin-pack" -q --dtype bf16 "$S/model.safetensors" -o "$W/x.thin"
     set -- $(cosine "$W/s.f32" 512 "$W/x.thin" "$W/s.ids")
-    row bf16 - - "$1" "$2"
+    row bf16 - - "$1" "$2" -
     for p in quality fp8-all; do
         for sc in absmax mse; do
             "$BIN/thin-quant" -q --scale $sc --profile $p "$W/s.thin" -o "$W/x.thin" \
                 --json "$W/x.json"
             rel=$(fp8_rel "$W/x.json")
             set -- $(cosine "$W/s.f32" 512 "$W/x.thin" "$W/s.ids")
-            row "$p" $sc "$rel" "$1" "$2"
+            row "$p" $sc "$rel" "$1" "$2" "$(k "$rel" "$1")"
         done
     done
     echo
     echo "stories260K: the quality profile's FP8 tensors (gate, up, down:$LO-$HI) with a random"
     echo "relative error of RMS eps instead, F32 elsewhere (mean over $SEEDS seeds)"
-    row "eps" "" "rel RMS" "min cos" "mean cos"
+    row "eps" "" "rel RMS" "min cos" "mean cos" "(1-min)/rel^2"
     for e in $EPS; do
         sum_min=0 sum_mean=0 rel=
         k=1
@@ -142,8 +148,9 @@ if [ "$STORIES" = 1 ]; then
             sum_mean=$(echo "$sum_mean $2" | awk '{print $1 + $2}')
             k=$((k + 1))
         done
-        row "$e" "" "$rel" "$(echo "$sum_min $SEEDS" | awk '{printf "%.6f", $1 / $2}')" \
-            "$(echo "$sum_mean $SEEDS" | awk '{printf "%.6f", $1 / $2}')"
+        m=$(echo "$sum_min $SEEDS" | awk '{printf "%.6f", $1 / $2}')
+        row "$e" "" "$rel" "$m" "$(echo "$sum_mean $SEEDS" | awk '{printf "%.6f", $1 / $2}')" \
+            "$(k "$rel" "$m")"
     done
     rm -rf "$W/p" "$W/x.thin" "$W/x.json"
     echo
@@ -165,20 +172,20 @@ print("\n".join(str(r.randrange(128256)) for _ in range(int(sys.argv[1]))))' "$P
     "$BIN/thin-run" "$W/r.thin" --device cpu --kv-dtype f32 --score "$W/r.ids" --out "$W/r.f32"
     echo "random SmolLM3-shaped model, $LAYERS layers, $POSITIONS positions (reference: its BF16"
     echo "weights computed in F32)"
-    row what scale "FP8 rel" "min cos" "mean cos"
+    row what scale "FP8 rel" "min cos" "mean cos" "(1-min)/rel^2"
     for sc in absmax mse; do
         "$BIN/thin-quant" -q --scale $sc --profile quality "$W/r.thin" -o "$W/x.thin" \
             --json "$W/x.json"
         rel=$(fp8_rel "$W/x.json")
         set -- $(cosine "$W/r.f32" 128256 "$W/x.thin" "$W/r.ids")
-        row "quality" $sc "$rel" "$1" "$2"
+        row "quality" $sc "$rel" "$1" "$2" "$(k "$rel" "$1")"
     done
     for sel in gate up ${DOWN:+"$DOWN"}; do
         "$BIN/thin-quant" -q --scale mse --select "$sel" \
             "$W/r.thin" -o "$W/x.thin" --json "$W/x.json"
         rel=$(fp8_rel "$W/x.json")
         set -- $(cosine "$W/r.f32" 128256 "$W/x.thin" "$W/r.ids")
-        row "only $sel" mse "$rel" "$1" "$2"
+        row "only $sel" mse "$rel" "$1" "$2" "$(k "$rel" "$1")"
     done
     rm -f "$W/x.thin" "$W/x.json"
     for e in $EPS; do
@@ -187,7 +194,7 @@ print("\n".join(str(r.randrange(128256)) for _ in range(int(sys.argv[1]))))' "$P
         "$BIN/thin-pack" -q "$W/m/model.safetensors" -o "$W/x.thin" 2> /dev/null
         rm -rf "$W/m"
         set -- $(cosine "$W/r.f32" 128256 "$W/x.thin" "$W/r.ids")
-        row "quality set, eps $e" - "$rel" "$1" "$2"
+        row "quality set, eps $e" - "$rel" "$1" "$2" "$(k "$rel" "$1")"
         rm -f "$W/x.thin"
     done
     echo "($(( $(date +%s) - t0 )) s)"
