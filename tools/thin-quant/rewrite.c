@@ -75,24 +75,6 @@ static thin_tensor_desc desc_of(const thin_tensor_info *t)
     return d;
 }
 
-/* thin_writer_write of the next n bytes of the current entry, of which *pos were written before:
- * a part that carries whole chunks ends on a chunk boundary and the rest goes in a call of its own.
- * (The writer, with more than one thread, loses what a call copies into a chunk it leaves
- * unfinished when the same call also handed over whole chunks; cut this way no call does both.) */
-static int write_cut(run *r, const void *data, size_t n, uint64_t *pos)
-{
-    size_t cs = r->o->wopt.chunk_size ? r->o->wopt.chunk_size : THIN_DEFAULT_CHUNK;
-    size_t head = (size_t)((cs - *pos % cs) % cs);
-    size_t body = n > head ? head + (n - head) / cs * cs : n;
-    const unsigned char *p = data;
-    if (body && thin_writer_write(r->w, p, body) != THIN_OK)
-        return wfail(r);
-    if (body < n && thin_writer_write(r->w, p + body, n - body) != THIN_OK)
-        return wfail(r);
-    *pos += n;
-    return 0;
-}
-
 static void progress(run *r, uint64_t n)
 {
     r->done += n;
@@ -110,8 +92,9 @@ static int copy_tensor(run *r, const thin_tensor_info *t)
         const unsigned char *p;
         if (tq_input_view(&r->in, n, &p) != 0)
             return ifail(r);
-        if (write_cut(r, p, n, &off) != 0)
-            return -1;
+        if (thin_writer_write(r->w, p, n) != THIN_OK)
+            return wfail(r);
+        off += n;
         progress(r, n);
     }
     return thin_writer_end_tensor(r->w) == THIN_OK ? 0 : wfail(r);
@@ -135,7 +118,6 @@ static int fp8_rows(run *r, const thin_tensor_info *t, tq_entry *e, float *scale
     size_t rows = (size_t)t->shape[0], cols = (size_t)t->shape[1];
     size_t row_bytes = cols * thin_dtype_size(t->dtype);
     size_t block = row_bytes >= TQ_BLOCK_BYTES ? 1 : TQ_BLOCK_BYTES / row_bytes;
-    uint64_t pos = 0;
     for (size_t r0 = 0; r0 < rows; r0 += block) {
         size_t n = rows - r0 < block ? rows - r0 : block;
         const unsigned char *p;
@@ -155,8 +137,8 @@ static int fp8_rows(run *r, const thin_tensor_info *t, tq_entry *e, float *scale
             cli_error("%s: cannot quantize tensor %s", r->in.label, t->name);
             return -1;
         }
-        if (write_cut(r, q, n * cols, &pos) != 0)
-            return -1;
+        if (thin_writer_write(r->w, q, n * cols) != THIN_OK)
+            return wfail(r);
         progress(r, n * row_bytes);
     }
     return 0;
@@ -211,7 +193,6 @@ static int bf16_tensor(run *r, const thin_tensor_info *t, tq_entry *e)
     d.dtype = THIN_DTYPE_BF16;
     if (thin_writer_begin_tensor(r->w, &d) != THIN_OK)
         return wfail(r);
-    uint64_t pos = 0;
     for (size_t i = 0; i < n_all; i += block) {
         size_t n = n_all - i < block ? n_all - i : block, bad = 0;
         const unsigned char *p;
@@ -224,8 +205,8 @@ static int bf16_tensor(run *r, const thin_tensor_info *t, tq_entry *e)
             return ifail(r);
         if (tq_convert_bf16(p, t->dtype, n, h, r->o->threads, &e->stats, &bad) != TQ_OK)
             return nonfinite(r, t, (uint64_t)i + bad);
-        if (write_cut(r, h, n * 2, &pos) != 0)
-            return -1;
+        if (thin_writer_write(r->w, h, n * 2) != THIN_OK)
+            return wfail(r);
         progress(r, n * es);
     }
     e->to = THIN_DTYPE_BF16;
