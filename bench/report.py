@@ -154,8 +154,12 @@ def tool_version(tool):
 
 
 def git_commit():
+    """The checkout's commit (with -dirty for local changes), or $THIN_REPORT_COMMIT when set (for
+    a copy of the tree whose git data is not its own)."""
+    if os.environ.get("THIN_REPORT_COMMIT"):
+        return os.environ["THIN_REPORT_COMMIT"]
     try:
-        p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+        p = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty", "--abbrev=7"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError:
         return None

@@ -13,6 +13,8 @@
 #                made by bench/make-smollm3.py in the work folder and deleted at the end
 #   WORK         work folder for models and logits (default: a temporary folder, removed)
 #   SMOLLM3=0    skip SmolLM3 (so does a --models list without it)
+#   THIN_REPORT_COMMIT  the commit to record, for a copy of the tree without its own git data
+#                (default: git describe --always --dirty of the checkout)
 # SmolLM3 is skipped, with a note in the report, without torch or without a GPU.
 set -eu
 cd "$(dirname "$0")/.."
