@@ -133,11 +133,15 @@ static cudaError_t launch_generic(const attn_args *a, uint32_t n, cudaStream_t s
 #define AG_THREADS 128
 #define AG_WARPS (AG_THREADS / 32)
 
-/* The EPV elements of 16 bytes of a KV row at element i, as floats (zeros when !ok). */
+/* 16 bytes of a KV row at element i, raw. */
 template <int KDT>
-__device__ __forceinline__ void kv_vec(const void *c, size_t i, bool ok, float *f) {
-    uint4 u = make_uint4(0, 0, 0, 0);
-    if (ok) u = __ldcg((const uint4 *)((const uint8_t *)c + i * (KDT == THIN_DTYPE_BF16 ? 2 : 4)));
+__device__ __forceinline__ uint4 kv_raw(const void *c, size_t i) {
+    return __ldcg((const uint4 *)((const uint8_t *)c + i * (KDT == THIN_DTYPE_BF16 ? 2 : 4)));
+}
+
+/* Those 16 bytes as floats (8 BF16 or 4 F32 elements). */
+template <int KDT>
+__device__ __forceinline__ void kv_unpack(uint4 u, float *f) {
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
     if (KDT == THIN_DTYPE_BF16) {
 #pragma unroll
@@ -149,6 +153,12 @@ __device__ __forceinline__ void kv_vec(const void *c, size_t i, bool ok, float *
 #pragma unroll
         for (int j = 0; j < 4; j++) f[j] = __uint_as_float(w[j]);
     }
+}
+
+/* The EPV elements of 16 bytes of a KV row at element i, as floats (zeros when !ok). */
+template <int KDT>
+__device__ __forceinline__ void kv_vec(const void *c, size_t i, bool ok, float *f) {
+    kv_unpack<KDT>(ok ? kv_raw<KDT>(c, i) : make_uint4(0, 0, 0, 0), f);
 }
 
 template <int KDT>
@@ -170,6 +180,21 @@ __device__ __forceinline__ ag_span ag_span_of(const attn_args &a, uint32_t row, 
     p.start = split * p.chunk;
     p.end = min(p.npos, p.start + p.chunk);
     return p;
+}
+
+/* qv[g] = the EPV floats at q + g * hd for the group's G query heads (q: this lane's first dim of
+ * the group's first head; float4 loads through L2, the previous kernel having written them). */
+template <int GM, int EPV>
+__device__ __forceinline__ void load_q(const float *q, uint32_t G, uint32_t hd, float (&qv)[GM][EPV]) {
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if ((uint32_t)g >= G) break;
+#pragma unroll
+        for (int e = 0; e < EPV; e += 4) {
+            const float4 v = __ldcg((const float4 *)(q + (size_t)g * hd + e));
+            qv[g][e] = v.x, qv[g][e + 1] = v.y, qv[g][e + 2] = v.z, qv[g][e + 3] = v.w;
+        }
+    }
 }
 
 /* Scores of the group's G query heads (q pre-loaded: qv[g] = this lane's EPV dims of head g) for
@@ -225,6 +250,34 @@ __device__ void ag_softmax(const attn_args &a, uint32_t len, uint32_t G, float *
     }
 }
 
+/* Sums each lane's acc[g][e] (dims j * EPV + e of head g, j = lane % LP) over the lanes that hold
+ * the same dims and over the block's AG_WARPS warps into red[g * hd + d] (red: AG_WARPS × G × hd
+ * floats; the first G × hd hold the sums). Ends with a barrier before the cross-warp sum; the
+ * caller synchronises before reading red. */
+template <int GM, int EPV>
+__device__ __forceinline__ void group_sum(float (&acc)[GM][EPV], uint32_t G, uint32_t hd, uint32_t LP,
+                                          float *red) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane % LP;
+    for (uint32_t o = LP; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+#pragma unroll
+            for (int e = 0; e < EPV; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+    if (lane < LP)
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if ((uint32_t)g >= G) break;
+#pragma unroll
+            for (int e = 0; e < EPV; e++) red[(warp * G + g) * hd + j * EPV + e] = acc[g][e];
+        }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        float t = red[i];
+        for (uint32_t w = 1; w < AG_WARPS; w++) t += red[w * G * hd + i];
+        red[i] = t; /* each i is read and written by one thread only */
+    }
+}
+
 /* Weighted sum of V over the span for every head of the group, reduced over the block into
  * red[g * head_dim + d] (red: AG_WARPS × G × head_dim floats; the first G × head_dim hold it). */
 template <int KDT, int GM>
@@ -232,7 +285,7 @@ __device__ void ag_values(const attn_args &a, const ag_span &sp, uint32_t G, siz
                           const float *sc, float *red) {
     constexpr int EPV = kv_epv<KDT>::n;
     const uint32_t LP = a.head_dim / EPV, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const uint32_t gpw = 32 / LP, ngrp = AG_WARPS * gpw, j = lane % LP, hd = a.head_dim;
+    const uint32_t gpw = 32 / LP, ngrp = AG_WARPS * gpw, hd = a.head_dim;
     const size_t kv_dim = (size_t)a.n_kv * hd;
     float acc[GM][EPV];
 #pragma unroll
@@ -256,24 +309,7 @@ __device__ void ag_values(const attn_args &a, const ag_span &sp, uint32_t G, siz
             }
         }
     }
-    for (uint32_t o = LP; o < 32; o <<= 1)
-#pragma unroll
-        for (int g = 0; g < GM; g++)
-#pragma unroll
-            for (int e = 0; e < EPV; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
-    if (lane < LP)
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            if ((uint32_t)g >= G) break;
-#pragma unroll
-            for (int e = 0; e < EPV; e++) red[(warp * G + g) * hd + j * EPV + e] = acc[g][e];
-        }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        float t = red[i];
-        for (uint32_t w = 1; w < AG_WARPS; w++) t += red[w * G * hd + i];
-        red[i] = t; /* each i is read and written by one thread only */
-    }
+    group_sum<GM, EPV>(acc, G, hd, LP, red);
     __syncthreads();
 }
 
@@ -321,16 +357,7 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
     float *wts = ml + 2 * G;
     const uint32_t j = (threadIdx.x & 31) % (hd / EPV);
     float qv[GM][EPV];
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        if ((uint32_t)g >= G) break;
-        const float *q = a.q + (size_t)row * a.ldq + (size_t)(kh * G + g) * hd + j * EPV;
-#pragma unroll
-        for (int e = 0; e < EPV; e += 4) {
-            const float4 v = *(const float4 *)(q + e);
-            qv[g][e] = v.x, qv[g][e + 1] = v.y, qv[g][e + 2] = v.z, qv[g][e + 3] = v.w;
-        }
-    }
+    load_q<GM, EPV>(a.q + (size_t)row * a.ldq + (size_t)kh * G * hd + j * EPV, G, hd, qv);
     const size_t kvo = (size_t)kh * hd + j * EPV;
     ag_scores<KDT, GM>(a, sp, qv, G, kvo, sc);
     __syncthreads();
@@ -376,32 +403,12 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * slice of the output. With more than one active cluster (long contexts), each writes its combined
  * partial to global memory and the last one to finish (atomic counter) combines those. */
 
-#define AD_THREADS 128
-#define AD_WARPS (AD_THREADS / 32)
+#define AD_THREADS AG_THREADS /* shares ag_softmax and group_sum */
+#define AD_WARPS AG_WARPS
 #define AD_CLUSTER 8
 #define AD_CHUNK 32u
 
 namespace cg = cooperative_groups;
-
-template <int KDT>
-__device__ __forceinline__ uint4 kv_raw(const void *c, size_t i) {
-    return __ldcg((const uint4 *)((const uint8_t *)c + i * (KDT == THIN_DTYPE_BF16 ? 2 : 4)));
-}
-
-template <int KDT>
-__device__ __forceinline__ void kv_unpack(uint4 u, float *f) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-    if (KDT == THIN_DTYPE_BF16) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            f[2 * j] = __uint_as_float(w[j] << 16);
-            f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++) f[j] = __uint_as_float(w[j]);
-    }
-}
 
 template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
@@ -438,16 +445,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     pdl_wait();
     float *sc = sm, *red = sc + (size_t)G * a.chunk_max;
     float qv[GM][EPV];
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        if ((uint32_t)g >= G) break;
-        const float *q = a.q + (size_t)(kh * G + g) * hd + j * EPV;
-#pragma unroll
-        for (int e = 0; e < EPV; e += 4) {
-            const float4 v = __ldcg((const float4 *)(q + e));
-            qv[g][e] = v.x, qv[g][e + 1] = v.y, qv[g][e + 2] = v.z, qv[g][e + 3] = v.w;
-        }
-    }
+    load_q<GM, EPV>(a.q + (size_t)kh * G * hd + j * EPV, G, hd, qv);
     const float scale = rsqrtf((float)hd);
     /* scores of [start, end) into sc[g * chunk_max + p - start] */
     for (uint32_t w0 = 0; w0 < len; w0 += WIN) {
@@ -473,24 +471,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     __syncthreads();
-    /* softmax per head: sc = exp(s - m); ml = (m, sum) */
-    for (uint32_t g = warp; g < G; g += AD_WARPS) {
-        float *x = sc + g * a.chunk_max;
-        float m = -INFINITY;
-        for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (uint32_t i = lane; i < len; i += 32) {
-            const float e = expf(x[i] - m);
-            x[i] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) {
-            ml[2 * g] = m;
-            ml[2 * g + 1] = l;
-        }
-    }
+    ag_softmax(a, len, G, sc, ml); /* an empty span gets (m, sum) = (-inf, 0) */
     __syncthreads();
     /* weighted sum of V */
     float acc[GM][EPV];
@@ -516,28 +497,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
             }
         }
     }
-    for (uint32_t o = LP; o < 32; o <<= 1)
-#pragma unroll
-        for (int g = 0; g < GM; g++)
-#pragma unroll
-            for (int e = 0; e < EPV; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
-    if (lane < LP)
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            if ((uint32_t)g >= G) break;
-#pragma unroll
-            for (int e = 0; e < EPV; e++) red[(warp * G + g) * hd + j * EPV + e] = acc[g][e];
-        }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        float t = red[i];
-        for (uint32_t w = 1; w < AD_WARPS; w++) t += red[w * G * hd + i];
-        red[i] = t; /* this block's unnormalised sums; each i read and written by one thread */
-    }
-    if (len == 0 && threadIdx.x < G) {
-        ml[2 * threadIdx.x] = -INFINITY;
-        ml[2 * threadIdx.x + 1] = 0.0f;
-    }
+    group_sum<GM, EPV>(acc, G, hd, LP, red); /* this block's unnormalised sums */
     cl.sync(); /* every block's red and ml are ready */
     /* this block's slice of the G * hd outputs, combined over the cluster's active blocks */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);

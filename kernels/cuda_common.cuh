@@ -142,53 +142,43 @@ static inline void set_carveout(const void *k) {
         (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, thin_cuda_carveout);
 }
 
-/* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when enabled. */
+/* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when enabled,
+ * in thread block clusters of cluster_dim blocks unless cluster_dim.x is 0. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
-                                   cudaStream_t st, Args... args) {
+static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                    cudaStream_t st, dim3 cluster_dim, Args... args) {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
     cfg.gridDim = g;
     cfg.blockDim = b;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    if (thin_cuda_pdl) {
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
+    if (cluster_dim.x) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster_dim.x;
+        at[n].val.clusterDim.y = cluster_dim.y;
+        at[n].val.clusterDim.z = cluster_dim.z;
+        n++;
     }
+    if (thin_cuda_pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = n ? at : NULL;
+    cfg.numAttrs = n;
     thin_cuda_launches++;
     set_carveout((const void *)k);
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-/* launch_k with thread block clusters of cluster_dim blocks. */
+/* launch_kc without clusters. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
-                                    cudaStream_t st, dim3 cluster_dim, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[2];
-    cfg.gridDim = g;
-    cfg.blockDim = b;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cluster_dim.x;
-    at[0].val.clusterDim.y = cluster_dim.y;
-    at[0].val.clusterDim.z = cluster_dim.z;
-    cfg.numAttrs = 1;
-    if (thin_cuda_pdl) {
-        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.numAttrs = 2;
-    }
-    cfg.attrs = at;
-    thin_cuda_launches++;
-    set_carveout((const void *)k);
-    cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
-    return e != cudaSuccess ? e : cudaGetLastError();
+static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                   cudaStream_t st, Args... args) {
+    return launch_kc(k, g, b, smem, st, dim3(0, 0, 0), args...);
 }
 
 /* ---- launchers (one family per .cu file) ---- */
