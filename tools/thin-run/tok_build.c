@@ -3,23 +3,11 @@
  * table and the indexes that encode uses (key map, byte table, added-token buckets). The two
  * loaders (tok_hf.c, tok_gguf.c) fill a tok through these calls.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tok_private.h"
-
-int tok_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 tok *tok_alloc(tok_kind kind, uint32_t n_vocab)
 {
@@ -118,10 +106,10 @@ int tok_set_token_text(tok *t, uint32_t id, const char *text, size_t len, uint8_
                        char *err, size_t errlen)
 {
     if (len > TOK_MAX_PIECE)
-        return tok_fail(err, errlen, "token %u is longer than %u bytes", id, TOK_MAX_PIECE);
+        return cli_fail(err, errlen, "token %u is longer than %u bytes", id, TOK_MAX_PIECE);
     char *tmp = malloc(len + 1);
     if (!tmp)
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     int rc;
     if (attr == TOK_ATTR_BYTE) {
         int b = tok_parse_byte_piece(text, len);
@@ -138,8 +126,8 @@ int tok_set_token_text(tok *t, uint32_t id, const char *text, size_t len, uint8_
         rc = tok_set_token(t, id, text, len, text, len, attr);
     free(tmp);
     if (rc == -2)
-        return tok_fail(err, errlen, "token %u is a byte token but not <0xNN>", id);
-    return rc ? tok_fail(err, errlen, "out of memory") : 0;
+        return cli_fail(err, errlen, "token %u is a byte token but not <0xNN>", id);
+    return rc ? cli_fail(err, errlen, "out of memory") : 0;
 }
 
 const char *tok_key(const tok *t, int32_t id, size_t *len)

@@ -85,14 +85,14 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int pars
     *ids = NULL;
     *n_ids = 0;
     if (!text && len)
-        return tok_fail(err, errlen, "no text");
+        return cli_fail(err, errlen, "no text");
     if ((add_bos && t->bos >= 0 && tok_ids_push(&out, t->bos)) ||
         encode_all(t, text, len, parse_special, &out)) {
         free(out.v);
-        return tok_fail(err, errlen, "encode failed (out of memory or regex error)");
+        return cli_fail(err, errlen, "encode failed (out of memory or regex error)");
     }
     if (!out.v && !(out.v = malloc(sizeof *out.v))) /* an empty result is still an array */
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     *ids = out.v;
     *n_ids = out.n;
     return 0;

@@ -90,32 +90,32 @@ static int skip_value(rd *r, uint32_t type, gval *g, char *err, size_t errlen)
     g->type = type;
     if (type == GT_STR) {
         g->off = r->off;
-        return rd_str(r, &s, &len) ? tok_fail(err, errlen, "string runs past the end") : 0;
+        return rd_str(r, &s, &len) ? cli_fail(err, errlen, "string runs past the end") : 0;
     }
     if (type != GT_ARR) {
         size_t sz = scalar_size(type);
         const unsigned char *b;
         g->off = r->off;
         if (!sz)
-            return tok_fail(err, errlen, "unknown value type %u", type);
-        return rd_bytes(r, sz, &b) ? tok_fail(err, errlen, "value runs past the end") : 0;
+            return cli_fail(err, errlen, "unknown value type %u", type);
+        return rd_bytes(r, sz, &b) ? cli_fail(err, errlen, "value runs past the end") : 0;
     }
     if (rd_u32(r, &g->elem) || rd_u64(r, &g->count))
-        return tok_fail(err, errlen, "array header runs past the end");
+        return cli_fail(err, errlen, "array header runs past the end");
     g->off = r->off;
     if (g->elem == GT_STR) {
         for (uint64_t i = 0; i < g->count; i++)
             if (rd_str(r, &s, &len))
-                return tok_fail(err, errlen, "array string %llu runs past the end",
+                return cli_fail(err, errlen, "array string %llu runs past the end",
                                 (unsigned long long)i);
         return 0;
     }
     size_t sz = scalar_size(g->elem);
     const unsigned char *b;
     if (!sz)
-        return tok_fail(err, errlen, "array of unsupported type %u", g->elem);
+        return cli_fail(err, errlen, "array of unsupported type %u", g->elem);
     if (g->count > (r->n - r->off) / sz || rd_bytes(r, (size_t)g->count * sz, &b))
-        return tok_fail(err, errlen, "array of %llu elements runs past the end",
+        return cli_fail(err, errlen, "array of %llu elements runs past the end",
                         (unsigned long long)g->count);
     return 0;
 }
@@ -126,22 +126,22 @@ static int read_header(rd *r, gval *vals, char *err, size_t errlen)
     uint32_t version;
     uint64_t n_tensors, n_kv;
     if (rd_bytes(r, 4, &magic) || memcmp(magic, "GGUF", 4))
-        return tok_fail(err, errlen, "not a GGUF file (bad magic)");
+        return cli_fail(err, errlen, "not a GGUF file (bad magic)");
     if (rd_u32(r, &version) || (version != 2 && version != 3))
-        return tok_fail(err, errlen, "unsupported GGUF version (need 2 or 3)");
+        return cli_fail(err, errlen, "unsupported GGUF version (need 2 or 3)");
     if (rd_u64(r, &n_tensors) || rd_u64(r, &n_kv))
-        return tok_fail(err, errlen, "truncated GGUF header");
+        return cli_fail(err, errlen, "truncated GGUF header");
     for (uint64_t i = 0; i < n_kv; i++) {
         const char *key;
         size_t klen;
         uint32_t type;
         if (rd_str(r, &key, &klen) || rd_u32(r, &type))
-            return tok_fail(err, errlen, "key %llu runs past the end", (unsigned long long)i);
+            return cli_fail(err, errlen, "key %llu runs past the end", (unsigned long long)i);
         gval tmp = {0}, *g = &tmp;
         for (int k = 0; k < K_COUNT; k++)
             if (strlen(key_names[k]) == klen && !memcmp(key_names[k], key, klen)) {
                 if (vals[k].found)
-                    return tok_fail(err, errlen, "key %s repeated", key_names[k]);
+                    return cli_fail(err, errlen, "key %s repeated", key_names[k]);
                 g = &vals[k];
             }
         if (skip_value(r, type, g, err, errlen))
@@ -189,7 +189,7 @@ static int get_id(const rd *r, const gval *g, uint32_t n_vocab, int32_t *id, con
     if (!g->found)
         return 0;
     if (get_int(r, g, &v) || v < -1 || v >= (int64_t)n_vocab)
-        return tok_fail(err, errlen, "%s is not a token id", name);
+        return cli_fail(err, errlen, "%s is not a token id", name);
     *id = (int32_t)v;
     return 0;
 }
@@ -236,22 +236,22 @@ static int load_tokens(tok *t, const rd *r, const gval *v, char *err, size_t err
     const gval *types = &v[K_TYPES], *scores = &v[K_SCORES];
     if (types->found && (types->type != GT_ARR || (types->elem != GT_I32 && types->elem != GT_U32)
                          || types->count != t->n_vocab))
-        return tok_fail(err, errlen, "tokenizer.ggml.token_type must be %u int32", t->n_vocab);
+        return cli_fail(err, errlen, "tokenizer.ggml.token_type must be %u int32", t->n_vocab);
     if (scores->found && (scores->type != GT_ARR || scores->elem != GT_F32 ||
                           scores->count != t->n_vocab))
-        return tok_fail(err, errlen, "tokenizer.ggml.scores must be %u float32", t->n_vocab);
+        return cli_fail(err, errlen, "tokenizer.ggml.scores must be %u float32", t->n_vocab);
     rd c = *r;
     c.off = v[K_TOKENS].off;
     for (uint32_t id = 0; id < t->n_vocab; id++) {
         const char *s;
         size_t len;
         if (rd_str(&c, &s, &len))
-            return tok_fail(err, errlen, "token %u runs past the end", id);
+            return cli_fail(err, errlen, "token %u runs past the end", id);
         uint32_t ty = types->found ? le32(r->p + types->off + 4 * (size_t)id) : TOK_ATTR_NORMAL;
         if (ty == 0)
             ty = TOK_ATTR_NORMAL; /* "undefined" */
         if (ty > TOK_ATTR_BYTE)
-            return tok_fail(err, errlen, "token %u has unknown type %u", id, ty);
+            return cli_fail(err, errlen, "token %u has unknown type %u", id, ty);
         if (len == 0 && ty == TOK_ATTR_NORMAL)
             ty = TOK_ATTR_UNUSED; /* an empty piece can never be matched */
         if (tok_set_token_text(t, id, s, len, (uint8_t)ty, err, errlen))
@@ -266,22 +266,22 @@ static int load_merges(tok *t, const rd *r, const gval *g, char *err, size_t err
 {
     if (!g->found) {
         if (t->mode == TOK_MERGE_RANKS)
-            return tok_fail(err, errlen, "tokenizer.ggml.merges missing");
+            return cli_fail(err, errlen, "tokenizer.ggml.merges missing");
         return 0;
     }
     if (g->type != GT_ARR || g->elem != GT_STR || g->count > TOK_MAX_MERGES)
-        return tok_fail(err, errlen, "tokenizer.ggml.merges must be an array of strings");
+        return cli_fail(err, errlen, "tokenizer.ggml.merges must be an array of strings");
     if (tok_pairmap_init(&t->pairs, (uint32_t)g->count))
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     rd c = *r;
     c.off = g->off;
     for (uint64_t i = 0; i < g->count; i++) {
         const char *s;
         size_t len;
         if (rd_str(&c, &s, &len))
-            return tok_fail(err, errlen, "merge %llu runs past the end", (unsigned long long)i);
+            return cli_fail(err, errlen, "merge %llu runs past the end", (unsigned long long)i);
         if (tok_add_merge_line(t, s, len, (int32_t)i))
-            return tok_fail(err, errlen, "out of memory");
+            return cli_fail(err, errlen, "out of memory");
     }
     return 0;
 }
@@ -291,7 +291,7 @@ static int setup_spm(tok *t, const rd *r, const gval *v, char *err, size_t errle
 {
     int space = 1;
     if (get_bool(r, &v[K_SPACE], &space))
-        return tok_fail(err, errlen, "tokenizer.ggml.add_space_prefix is not a bool");
+        return cli_fail(err, errlen, "tokenizer.ggml.add_space_prefix is not a bool");
     t->mode = TOK_MERGE_SCORES;
     t->byte_fallback = 1;
     t->add_bos = 1;
@@ -301,7 +301,7 @@ static int setup_spm(tok *t, const rd *r, const gval *v, char *err, size_t errle
     t->unk = 0;
     if (add_norm(t, TOK_NORM_REPLACE_STR, " ", "\xE2\x96\x81") ||
         (space && add_norm(t, TOK_NORM_PREPEND, "", "\xE2\x96\x81")))
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     return 0;
 }
 
@@ -313,7 +313,7 @@ static int setup_bpe(tok *t, const rd *r, const gval *v, char *err, size_t errle
     size_t len;
     const char *re = NULL;
     if (get_str(r, &v[K_PRE], &pre, &len))
-        return tok_fail(err, errlen, "tokenizer.ggml.pre missing: pre-tokenizer unknown");
+        return cli_fail(err, errlen, "tokenizer.ggml.pre missing: pre-tokenizer unknown");
     for (size_t i = 0; i < sizeof llama3 / sizeof *llama3; i++)
         if (strlen(llama3[i]) == len && !memcmp(pre, llama3[i], len)) {
             re = tok_re_llama3;
@@ -325,7 +325,7 @@ static int setup_bpe(tok *t, const rd *r, const gval *v, char *err, size_t errle
     if (len == 4 && !memcmp(pre, "gpt2", 4))
         re = tok_re_gpt2;
     if (!re)
-        return tok_fail(err, errlen, "unsupported tokenizer.ggml.pre \"%.*s\"",
+        return cli_fail(err, errlen, "unsupported tokenizer.ggml.pre \"%.*s\"",
                         (int)(len > 64 ? 64 : len), pre);
     if (!(t->split[0] = tok_regex_compile(re, strlen(re), err, errlen)))
         return -1;
@@ -340,11 +340,11 @@ static int setup_ids(tok *t, const rd *r, const gval *v, char *err, size_t errle
         get_id(r, &v[K_UNK], t->n_vocab, &t->unk, "unknown_token_id", err, errlen))
         return -1;
     if (get_bool(r, &v[K_ADD_BOS], &t->add_bos))
-        return tok_fail(err, errlen, "tokenizer.ggml.add_bos_token is not a bool");
+        return cli_fail(err, errlen, "tokenizer.ggml.add_bos_token is not a bool");
     const char *s;
     size_t len;
     if (!get_str(r, &v[K_TEMPLATE], &s, &len) && !(t->chat_template = strndup(s, len)))
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     return 0;
 }
 
@@ -354,21 +354,21 @@ static int build(tok **out, const rd *r, const gval *v, char *err, size_t errlen
     size_t mlen;
     tok_kind kind;
     if (get_str(r, &v[K_MODEL], &model, &mlen))
-        return tok_fail(err, errlen, "tokenizer.ggml.model missing (no vocabulary)");
+        return cli_fail(err, errlen, "tokenizer.ggml.model missing (no vocabulary)");
     if (mlen == 5 && !memcmp(model, "llama", 5))
         kind = TOK_SPM_BPE;
     else if (mlen == 4 && !memcmp(model, "gpt2", 4))
         kind = TOK_BYTE_BPE;
     else
-        return tok_fail(err, errlen, "unsupported tokenizer.ggml.model \"%.*s\"",
+        return cli_fail(err, errlen, "unsupported tokenizer.ggml.model \"%.*s\"",
                         (int)(mlen > 64 ? 64 : mlen), model);
     const gval *tk = &v[K_TOKENS];
     if (!tk->found || tk->type != GT_ARR || tk->elem != GT_STR || tk->count == 0 ||
         tk->count > TOK_MAX_VOCAB)
-        return tok_fail(err, errlen, "tokenizer.ggml.tokens must be 1..%u strings", TOK_MAX_VOCAB);
+        return cli_fail(err, errlen, "tokenizer.ggml.tokens must be 1..%u strings", TOK_MAX_VOCAB);
     tok *t = tok_alloc(kind, (uint32_t)tk->count);
     if (!t)
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     int rc = (kind == TOK_SPM_BPE ? setup_spm(t, r, v, err, errlen) : setup_bpe(t, r, v, err, errlen));
     if (!rc)
         rc = load_tokens(t, r, v, err, errlen);
@@ -392,7 +392,7 @@ int tok_load_gguf(tok **out, const void *data, size_t size, char *err, size_t er
     gval vals[K_COUNT] = {{0}};
     *out = NULL;
     if (!data)
-        return tok_fail(err, errlen, "no data");
+        return cli_fail(err, errlen, "no data");
     if (read_header(&r, vals, err, errlen))
         return -1;
     return build(out, &r, vals, err, errlen);

@@ -55,7 +55,7 @@ static int add_norm_op(hf *h, tok_norm_kind kind, const char *pat, size_t plen, 
 {
     tok *t = h->t;
     if (t->n_norm >= TOK_MAX_NORM_OPS)
-        return tok_fail(h->err, h->errlen, "normalizer has more than %d steps", TOK_MAX_NORM_OPS);
+        return cli_fail(h->err, h->errlen, "normalizer has more than %d steps", TOK_MAX_NORM_OPS);
     tok_norm_op *op = &t->norm[t->n_norm];
     memset(op, 0, sizeof *op);
     op->kind = kind;
@@ -64,7 +64,7 @@ static int add_norm_op(hf *h, tok_norm_kind kind, const char *pat, size_t plen, 
     if (!op->pattern || !op->content) {
         free(op->pattern);
         free(op->content);
-        return tok_fail(h->err, h->errlen, "out of memory");
+        return cli_fail(h->err, h->errlen, "out of memory");
     }
     memcpy(op->pattern, pat, plen);
     op->pattern[plen] = 0;
@@ -83,7 +83,7 @@ static int norm_replace(hf *h, json_t *n)
     json_t *pat = json_object_get(n, "pattern"), *con = json_object_get(n, "content");
     json_t *s = json_object_get(pat, "String"), *re = json_object_get(pat, "Regex");
     if (!json_is_string(con) || (!json_is_string(s) && !json_is_string(re)))
-        return tok_fail(h->err, h->errlen, "Replace normalizer needs pattern and content");
+        return cli_fail(h->err, h->errlen, "Replace normalizer needs pattern and content");
     json_t *p = json_is_string(s) ? s : re;
     return add_norm_op(h, json_is_string(s) ? TOK_NORM_REPLACE_STR : TOK_NORM_REPLACE_RE,
                        json_string_value(p), json_string_length(p), json_string_value(con),
@@ -95,12 +95,12 @@ static int load_normalizer(hf *h, json_t *n, int depth)
     if (json_is_null(n) || !n)
         return 0;
     if (!json_is_object(n) || depth > 4)
-        return tok_fail(h->err, h->errlen, "malformed normalizer");
+        return cli_fail(h->err, h->errlen, "malformed normalizer");
     if (is_type(n, "Sequence")) {
         json_t *list = json_object_get(n, "normalizers"), *it;
         size_t i;
         if (!json_is_array(list))
-            return tok_fail(h->err, h->errlen, "Sequence normalizer without a list");
+            return cli_fail(h->err, h->errlen, "Sequence normalizer without a list");
         json_array_foreach(list, i, it) if (load_normalizer(h, it, depth + 1)) return -1;
         return 0;
     }
@@ -109,11 +109,11 @@ static int load_normalizer(hf *h, json_t *n, int depth)
     if (is_type(n, "Prepend")) {
         json_t *p = json_object_get(n, "prepend");
         if (!json_is_string(p))
-            return tok_fail(h->err, h->errlen, "Prepend normalizer without a string");
+            return cli_fail(h->err, h->errlen, "Prepend normalizer without a string");
         return add_norm_op(h, TOK_NORM_PREPEND, "", 0, json_string_value(p),
                            json_string_length(p));
     }
-    return tok_fail(h->err, h->errlen, "unsupported normalizer %s", type_of(n));
+    return cli_fail(h->err, h->errlen, "unsupported normalizer %s", type_of(n));
 }
 
 /* ---- pre-tokenizer ---- */
@@ -122,7 +122,7 @@ static int add_split(hf *h, const char *re, size_t len)
 {
     tok *t = h->t;
     if (t->n_split >= TOK_MAX_SPLITS)
-        return tok_fail(h->err, h->errlen, "more than %d split steps", TOK_MAX_SPLITS);
+        return cli_fail(h->err, h->errlen, "more than %d split steps", TOK_MAX_SPLITS);
     if (!(t->split[t->n_split] = tok_regex_compile(re, len, h->err, h->errlen)))
         return -1;
     t->n_split++;
@@ -134,16 +134,16 @@ static int pre_split(hf *h, json_t *p)
     json_t *re = json_object_get(json_object_get(p, "pattern"), "Regex");
     json_t *beh = json_object_get(p, "behavior"), *inv = json_object_get(p, "invert");
     if (!json_is_string(re))
-        return tok_fail(h->err, h->errlen, "Split pre-tokenizer: only Regex patterns supported");
+        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: only Regex patterns supported");
     if (!json_is_string(beh) || strcmp(json_string_value(beh), "Isolated") || json_is_true(inv))
-        return tok_fail(h->err, h->errlen, "Split pre-tokenizer: only Isolated, not inverted");
+        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: only Isolated, not inverted");
     return add_split(h, json_string_value(re), json_string_length(re));
 }
 
 static int pre_bytelevel(hf *h, json_t *p)
 {
     if (json_is_true(json_object_get(p, "add_prefix_space")))
-        return tok_fail(h->err, h->errlen, "ByteLevel add_prefix_space is not supported");
+        return cli_fail(h->err, h->errlen, "ByteLevel add_prefix_space is not supported");
     json_t *use = json_object_get(p, "use_regex");
     if (!use || json_is_true(use)) /* tokenizers' default is true */
         return add_split(h, tok_re_gpt2, strlen(tok_re_gpt2));
@@ -155,12 +155,12 @@ static int load_pretokenizer(hf *h, json_t *p, int depth)
     if (json_is_null(p) || !p)
         return 0;
     if (!json_is_object(p) || depth > 4)
-        return tok_fail(h->err, h->errlen, "malformed pre_tokenizer");
+        return cli_fail(h->err, h->errlen, "malformed pre_tokenizer");
     if (is_type(p, "Sequence")) {
         json_t *list = json_object_get(p, "pretokenizers"), *it;
         size_t i;
         if (!json_is_array(list))
-            return tok_fail(h->err, h->errlen, "Sequence pre_tokenizer without a list");
+            return cli_fail(h->err, h->errlen, "Sequence pre_tokenizer without a list");
         json_array_foreach(list, i, it) if (load_pretokenizer(h, it, depth + 1)) return -1;
         return 0;
     }
@@ -168,7 +168,7 @@ static int load_pretokenizer(hf *h, json_t *p, int depth)
         return pre_split(h, p);
     if (is_type(p, "ByteLevel"))
         return pre_bytelevel(h, p);
-    return tok_fail(h->err, h->errlen, "unsupported pre_tokenizer %s", type_of(p));
+    return cli_fail(h->err, h->errlen, "unsupported pre_tokenizer %s", type_of(p));
 }
 
 /* ---- decoder ---- */
@@ -178,12 +178,12 @@ static int load_decoder(hf *h, json_t *d, int depth)
     if (json_is_null(d) || !d)
         return 0;
     if (!json_is_object(d) || depth > 4)
-        return tok_fail(h->err, h->errlen, "malformed decoder");
+        return cli_fail(h->err, h->errlen, "malformed decoder");
     if (is_type(d, "Sequence")) {
         json_t *list = json_object_get(d, "decoders"), *it;
         size_t i;
         if (!json_is_array(list))
-            return tok_fail(h->err, h->errlen, "Sequence decoder without a list");
+            return cli_fail(h->err, h->errlen, "Sequence decoder without a list");
         json_array_foreach(list, i, it) if (load_decoder(h, it, depth + 1)) return -1;
         return 0;
     }
@@ -192,7 +192,7 @@ static int load_decoder(hf *h, json_t *d, int depth)
         json_t *stop = json_object_get(d, "stop");
         if (!json_is_string(c) || strcmp(json_string_value(c), " ") || !json_is_integer(start) ||
             json_integer_value(start) < 0 || (stop && json_integer_value(stop) != 0))
-            return tok_fail(h->err, h->errlen, "unsupported Strip decoder");
+            return cli_fail(h->err, h->errlen, "unsupported Strip decoder");
         json_int_t n = json_integer_value(start);
         h->t->strip_lead = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
         return 0;
@@ -202,12 +202,12 @@ static int load_decoder(hf *h, json_t *d, int depth)
         json_t *c = json_object_get(d, "content");
         if (!json_is_string(pat) || strcmp(json_string_value(pat), "\xE2\x96\x81") ||
             !json_is_string(c) || strcmp(json_string_value(c), " "))
-            return tok_fail(h->err, h->errlen, "unsupported Replace decoder (only \"▁\" -> \" \")");
+            return cli_fail(h->err, h->errlen, "unsupported Replace decoder (only \"▁\" -> \" \")");
         return 0;
     }
     if (is_type(d, "ByteFallback") || is_type(d, "Fuse") || is_type(d, "ByteLevel"))
         return 0; /* what every piece's decoded bytes already hold */
-    return tok_fail(h->err, h->errlen, "unsupported decoder %s", type_of(d));
+    return cli_fail(h->err, h->errlen, "unsupported decoder %s", type_of(d));
 }
 
 /* ---- vocabulary ---- */
@@ -222,7 +222,7 @@ static int vocab_size(hf *h, json_t *vocab, json_t *added, uint32_t *n)
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= TOK_MAX_VOCAB)
-            return tok_fail(h->err, h->errlen, "vocab id of \"%.40s\" is not in 0..%u", key,
+            return cli_fail(h->err, h->errlen, "vocab id of \"%.40s\" is not in 0..%u", key,
                             TOK_MAX_VOCAB - 1);
         if (json_integer_value(v) > max)
             max = json_integer_value(v);
@@ -231,12 +231,12 @@ static int vocab_size(hf *h, json_t *vocab, json_t *added, uint32_t *n)
         json_t *id = json_object_get(it, "id");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= TOK_MAX_VOCAB || !json_is_string(json_object_get(it, "content")))
-            return tok_fail(h->err, h->errlen, "added token %zu needs an id and a content", i);
+            return cli_fail(h->err, h->errlen, "added token %zu needs an id and a content", i);
         if (json_integer_value(id) > max)
             max = json_integer_value(id);
     }
     if (max < 0 || (size_t)max >= 2 * entries + 256)
-        return tok_fail(h->err, h->errlen, "vocab ids are too sparse or missing");
+        return cli_fail(h->err, h->errlen, "vocab ids are too sparse or missing");
     *n = (uint32_t)max + 1;
     return 0;
 }
@@ -251,7 +251,7 @@ static int load_vocab(hf *h, json_t *vocab)
         size_t len = strlen(key); /* jansson keys cannot hold NUL */
         uint8_t attr = TOK_ATTR_NORMAL;
         if (t->tokens[id].attr != TOK_ATTR_MISSING)
-            return tok_fail(h->err, h->errlen, "vocab id %u used twice", id);
+            return cli_fail(h->err, h->errlen, "vocab id %u used twice", id);
         if (t->kind == TOK_SPM_BPE && t->byte_fallback && tok_parse_byte_piece(key, len) >= 0)
             attr = TOK_ATTR_BYTE;
         if (tok_set_token_text(t, id, key, len, attr, h->err, h->errlen))
@@ -273,7 +273,7 @@ static int load_added(hf *h, json_t *added, const char *unk)
                        : unk && !strcmp(unk, s)                     ? TOK_ATTR_UNKNOWN
                                                                      : TOK_ATTR_CONTROL;
         if (len == 0)
-            return tok_fail(h->err, h->errlen, "added token %u is empty", id);
+            return cli_fail(h->err, h->errlen, "added token %u is empty", id);
         if (tok_set_token_text(h->t, id, s, len, attr, h->err, h->errlen))
             return -1;
         h->t->tokens[id].lstrip = json_is_true(json_object_get(it, "lstrip"));
@@ -287,9 +287,9 @@ static int load_merges(hf *h, json_t *merges)
     size_t i, n = json_array_size(merges);
     json_t *m;
     if (!json_is_array(merges) || n > TOK_MAX_MERGES)
-        return tok_fail(h->err, h->errlen, "model.merges must be an array");
+        return cli_fail(h->err, h->errlen, "model.merges must be an array");
     if (tok_pairmap_init(&h->t->pairs, (uint32_t)n))
-        return tok_fail(h->err, h->errlen, "out of memory");
+        return cli_fail(h->err, h->errlen, "out of memory");
     json_array_foreach(merges, i, m) {
         int rc;
         json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
@@ -299,9 +299,9 @@ static int load_merges(hf *h, json_t *merges)
             rc = tok_add_merge(h->t, json_string_value(a), json_string_length(a),
                                json_string_value(b), json_string_length(b), (int32_t)i);
         else
-            return tok_fail(h->err, h->errlen, "merge %zu is neither \"a b\" nor [a, b]", i);
+            return cli_fail(h->err, h->errlen, "merge %zu is neither \"a b\" nor [a, b]", i);
         if (rc)
-            return tok_fail(h->err, h->errlen, "out of memory");
+            return cli_fail(h->err, h->errlen, "out of memory");
     }
     return 0;
 }
@@ -313,13 +313,13 @@ static int check_model(hf *h, json_t *model)
     json_t *csp = json_object_get(model, "continuing_subword_prefix");
     json_t *eow = json_object_get(model, "end_of_word_suffix");
     if (!json_is_object(model) || (ty && !is_type(model, "BPE")))
-        return tok_fail(h->err, h->errlen, "unsupported model type %s (only BPE)", type_of(model));
+        return cli_fail(h->err, h->errlen, "unsupported model type %s (only BPE)", type_of(model));
     if (!json_is_object(json_object_get(model, "vocab")))
-        return tok_fail(h->err, h->errlen, "model.vocab missing");
+        return cli_fail(h->err, h->errlen, "model.vocab missing");
     if ((drop && !json_is_null(drop) && json_number_value(drop) != 0.0) ||
         (json_is_string(csp) && json_string_length(csp)) ||
         (json_is_string(eow) && json_string_length(eow)))
-        return tok_fail(h->err, h->errlen,
+        return cli_fail(h->err, h->errlen,
                         "unsupported BPE option (dropout, continuing_subword_prefix, suffix)");
     return 0;
 }
@@ -362,7 +362,7 @@ static int load_config(hf *h, const char *config, size_t len)
     json_t *cfg = json_loadb(config, len, 0, &je);
     if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return tok_fail(h->err, h->errlen, "tokenizer_config.json: %s (line %d)", je.text, je.line);
+        return cli_fail(h->err, h->errlen, "tokenizer_config.json: %s (line %d)", je.text, je.line);
     }
     tok *t = h->t;
     int have_bos = config_token(h, cfg, "bos_token", &t->bos);
@@ -385,7 +385,7 @@ static int load_config(hf *h, const char *config, size_t len)
     }
     int rc = 0;
     if (json_is_string(tpl) && !(t->chat_template = strdup(json_string_value(tpl))))
-        rc = tok_fail(h->err, h->errlen, "out of memory");
+        rc = cli_fail(h->err, h->errlen, "out of memory");
     json_decref(cfg);
     return rc;
 }
@@ -401,11 +401,11 @@ static int load_model(hf *h, json_t *root, json_t *model)
                         ? TOK_BYTE_BPE : TOK_SPM_BPE;
     uint32_t n = 0;
     if (added && !json_is_array(added))
-        return tok_fail(h->err, h->errlen, "added_tokens must be an array");
+        return cli_fail(h->err, h->errlen, "added_tokens must be an array");
     if (vocab_size(h, vocab, added, &n))
         return -1;
     if (!(h->t = tok_alloc(kind, n)))
-        return tok_fail(h->err, h->errlen, "out of memory");
+        return cli_fail(h->err, h->errlen, "out of memory");
     tok *t = h->t;
     t->byte_fallback = json_is_true(bf);
     t->fuse_unk = json_is_true(fu);
@@ -416,7 +416,7 @@ static int load_model(hf *h, json_t *root, json_t *model)
         load_decoder(h, json_object_get(root, "decoder"), 0) || tok_finish(t, h->err, h->errlen))
         return -1;
     if (json_is_string(unk) && (t->unk = tok_find(t, json_string_value(unk))) < 0)
-        return tok_fail(h->err, h->errlen, "unk_token \"%.40s\" is not in the vocab",
+        return cli_fail(h->err, h->errlen, "unk_token \"%.40s\" is not in the vocab",
                         json_string_value(unk));
     return load_merges(h, json_object_get(model, "merges"));
 }
@@ -428,11 +428,11 @@ int tok_load_hf(tok **out, const char *json, size_t json_len, const char *config
     json_error_t je;
     *out = NULL;
     if (!json)
-        return tok_fail(err, errlen, "no tokenizer.json data");
+        return cli_fail(err, errlen, "no tokenizer.json data");
     json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &je);
     if (!json_is_object(root)) {
         json_decref(root);
-        return tok_fail(err, errlen, "tokenizer.json: %s (line %d)", je.text, je.line);
+        return cli_fail(err, errlen, "tokenizer.json: %s (line %d)", je.text, je.line);
     }
     json_t *model = json_object_get(root, "model");
     int rc = check_model(&h, model);

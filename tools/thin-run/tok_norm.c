@@ -29,7 +29,7 @@ void *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen)
     if (!code) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        tok_fail(err, errlen, "bad regex at offset %zu: %s", (size_t)eo, (char *)msg);
+        cli_fail(err, errlen, "bad regex at offset %zu: %s", (size_t)eo, (char *)msg);
         return NULL;
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "tokenizer.h"
 
 /* Token attributes (values follow GGUF's tokenizer.ggml.token_type). */
@@ -104,9 +105,6 @@ struct tok {
     char *chat_template;      /* from tokenizer_config.json or GGUF, NUL-terminated; may be NULL */
 };
 
-/* Error message helper: formats into err (may be NULL) and returns -1. */
-int tok_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* ---- construction (tokenizer.c) ---- */
 tok *tok_alloc(tok_kind kind, uint32_t n_vocab);

@@ -80,15 +80,15 @@ static void build_byte_table(tok *t)
 int tok_finish(tok *t, char *err, size_t errlen)
 {
     if (tok_strmap_build(&t->map, t) || build_added(t))
-        return tok_fail(err, errlen, "out of memory");
+        return cli_fail(err, errlen, "out of memory");
     build_byte_table(t);
     if (t->bos >= (int32_t)t->n_vocab || t->eos >= (int32_t)t->n_vocab ||
         t->unk >= (int32_t)t->n_vocab)
-        return tok_fail(err, errlen, "special token id out of range (vocab %u)", t->n_vocab);
+        return cli_fail(err, errlen, "special token id out of range (vocab %u)", t->n_vocab);
     if (t->kind == TOK_BYTE_BPE)
         for (int b = 0; b < 256; b++)
             if (t->byte_id[b] < 0)
-                return tok_fail(err, errlen, "byte-level vocab lacks the token of byte 0x%02X", b);
+                return cli_fail(err, errlen, "byte-level vocab lacks the token of byte 0x%02X", b);
     return 0;
 }
 
