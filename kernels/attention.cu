@@ -413,6 +413,7 @@ namespace cg = cooperative_groups;
 template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
+    const unsigned long long tr0 = d_trace ? gtimer() : 0;
     constexpr int EPV = kv_epv<KDT>::n;
     extern __shared__ float sm[];
     __shared__ float ml[2 * GM];
@@ -443,6 +444,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     pdl_wait();
+    const unsigned long long tr1 = d_trace ? gtimer() : 0;
     float *sc = sm, *red = sc + (size_t)G * a.chunk_max;
     float qv[GM][EPV];
     load_q<GM, EPV>(a.q + (size_t)kh * G * hd + j * EPV, G, hd, qv);
@@ -529,6 +531,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
     cl.sync(); /* no block leaves while others still read its shared memory */
+    if (threadIdx.x == 0) trace_block(TRACE_ATTN, tr0, tr1);
     if (n_cl == 1 || rank != 0) return;
     /* several clusters: the last to finish combines their partials (rank 0 block) */
     if (threadIdx.x == 0) {
@@ -552,6 +555,10 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
         a.out[(size_t)kh * G * hd + i] = o / L;
     }
+}
+
+cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
+    return trace_arm_here(recs, n, cap);
 }
 
 size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits) {

@@ -212,6 +212,13 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *mv = getenv("THIN_CUDA_MV");
     thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0;
     if (mv) sscanf(mv, "%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps);
+    const char *trc = getenv("THIN_CUDA_TRACE");
+    s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
+    const char *tma = getenv("THIN_CUDA_TMA");
+    thin_cuda_tma = !(tma && strcmp(tma, "0") == 0);
+    thin_cuda_tma_ring_kb = thin_cuda_tma_stage_kb = thin_cuda_tma_bps = 0;
+    if (tma && thin_cuda_tma)
+        sscanf(tma, "%d,%d,%d", &thin_cuda_tma_ring_kb, &thin_cuda_tma_stage_kb, &thin_cuda_tma_bps);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));
@@ -219,6 +226,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     int has_cluster = 0;
     if (cudaDeviceGetAttribute(&has_cluster, cudaDevAttrClusterLaunch, 0) != cudaSuccess) has_cluster = 0;
     if (!has_cluster) thin_cuda_cluster = 0;
+    int cc_major = 0;
+    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || cc_major < 9)
+        thin_cuda_tma = 0;
     CK(s, cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
     uint32_t n = p->n_ops ? p->n_ops : 1;
     s->op_w = (int *)malloc(n * sizeof(int));
@@ -271,6 +281,54 @@ extern "C" void cuda_session_free(cuda_session *s) {
     free(s);
 }
 
+#define TRACE_CAP (1u << 20)
+
+/* Env THIN_CUDA_TRACE=N: the N-th decode token (from 1) runs through the graph with the kernel
+ * timeline armed; its records go to THIN_CUDA_TRACE_FILE (default thin-trace.csv) as
+ * "grid,kind,units,sm,block,t0,t1,t2" lines, t in ns from the token's first start. */
+static int trace_token(cuda_session *s) {
+    trace_rec *recs = NULL;
+    unsigned int *n = NULL;
+    if (cuda_alloc(s, (void **)&recs, (size_t)TRACE_CAP * sizeof *recs) ||
+        cuda_alloc(s, (void **)&n, sizeof *n))
+        return -1;
+    CK(s, cudaStreamSynchronize(s->st));
+    CK(s, cudaMemset(n, 0, sizeof *n));
+    CK(s, matvec_trace_arm(recs, n, TRACE_CAP));
+    CK(s, attention_trace_arm(recs, n, TRACE_CAP));
+    if (exec_decode_graph(s)) return -1;
+    CK(s, cudaStreamSynchronize(s->st));
+    CK(s, matvec_trace_arm(NULL, NULL, 0));
+    CK(s, attention_trace_arm(NULL, NULL, 0));
+    unsigned int cnt = 0;
+    CK(s, cudaMemcpy(&cnt, n, sizeof cnt, cudaMemcpyDeviceToHost));
+    if (cnt > TRACE_CAP) cnt = TRACE_CAP;
+    trace_rec *h = (trace_rec *)malloc((size_t)cnt * sizeof *h + 1);
+    if (!h) return cuda_failf(s, "out of memory");
+    if (cudaMemcpy(h, recs, (size_t)cnt * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(h);
+        return cuda_failf(s, "trace: copy failed");
+    }
+    const char *fn = getenv("THIN_CUDA_TRACE_FILE");
+    if (!fn || !*fn) fn = "thin-trace.csv";
+    FILE *f = fopen(fn, "w");
+    if (!f) {
+        free(h);
+        return cuda_failf(s, "%s: cannot write the trace", fn);
+    }
+    unsigned long long tmin = ~0ull;
+    for (unsigned int i = 0; i < cnt; i++)
+        if (h[i].t0 < tmin) tmin = h[i].t0;
+    fprintf(f, "grid,kind,units,sm,block,t0,t1,t2\n");
+    for (unsigned int i = 0; i < cnt; i++)
+        fprintf(f, "%llu,%u,%u,%u,%u,%llu,%llu,%llu\n", h[i].grid, h[i].kind & 0xff, h[i].kind >> 8, h[i].sm,
+                h[i].block, h[i].t0 - tmin, h[i].t1 - tmin, h[i].t2 - tmin);
+    free(h);
+    if (fclose(f) != 0) return cuda_failf(s, "%s: cannot write the trace", fn);
+    fprintf(stderr, "thin-run: kernel timeline of one decode token in %s (%u records)\n", fn, cnt);
+    return 0;
+}
+
 /* One decode token through the graph; with the profile, timed (graph events, host clock) and
  * then run again eagerly step by step. */
 static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
@@ -278,7 +336,12 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
-    if (exec_decode_graph(s)) return -1;
+    s->n_decoded++;
+    if (s->trace_at && s->n_decoded == s->trace_at) {
+        if (trace_token(s)) return -1;
+    } else if (exec_decode_graph(s)) {
+        return -1;
+    }
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 1), s->st));
     if (!s->prof) return 0;
     CK(s, cudaStreamSynchronize(s->st));

@@ -131,6 +131,10 @@ extern int thin_cuda_carveout;
 /* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS"): registers limited for MINB (1 or 3)
  * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
 extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
+/* Streamed matvec (sm_90 bulk copies through a shared-memory ring; env THIN_CUDA_TMA=0 turns it
+ * off, THIN_CUDA_TMA="RING_KB,STAGE_KB,BPS" sets its ring and stage sizes and blocks per SM for
+ * comparisons; 0 keeps a default). */
+extern int thin_cuda_tma, thin_cuda_tma_ring_kb, thin_cuda_tma_stage_kb, thin_cuda_tma_bps;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -180,6 +184,61 @@ static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t s
                                    cudaStream_t st, Args... args) {
     return launch_kc(k, g, b, smem, st, dim3(0, 0, 0), args...);
 }
+
+/* ---- decode timeline (env THIN_CUDA_TRACE=N) ----
+ * With a trace armed, each block of the traced kernels (the matvecs and the decode attention)
+ * records its launch id, SM, block, and the global timer when it starts, when its wait for the
+ * previous kernel returns and when it ends: where a token's time goes between and within kernels.
+ * Each .cu file holds its own pointer to the buffer (no relocatable device code) and exports an
+ * arm function; a NULL pointer (the default) costs one load and branch per block. */
+struct trace_rec {
+    unsigned long long grid;      /* %gridid: one per launch */
+    unsigned int kind;            /* TRACE_* below, with the launch's units << 8 */
+    unsigned int sm, block;
+    unsigned int pad;
+    unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
+};
+enum { TRACE_MV_STREAM = 1, TRACE_MV = 2, TRACE_ATTN = 3 };
+static __device__ trace_rec *d_trace;
+static __device__ unsigned int *d_trace_n;
+static __device__ unsigned int d_trace_cap;
+
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Records one block's times (call from one thread of the block). */
+__device__ __forceinline__ void trace_block(unsigned int kind, unsigned long long t0, unsigned long long t1) {
+    trace_rec *r = d_trace;
+    if (!r) return;
+    const unsigned long long t2 = gtimer();
+    const unsigned int i = atomicAdd(d_trace_n, 1u);
+    if (i >= d_trace_cap) return;
+    unsigned long long g;
+    unsigned int smid;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    r[i].grid = g;
+    r[i].kind = kind;
+    r[i].sm = smid;
+    r[i].block = blockIdx.x + gridDim.x * blockIdx.y;
+    r[i].pad = 0;
+    r[i].t0 = t0;
+    r[i].t1 = t1;
+    r[i].t2 = t2;
+}
+
+/* Host: points this file's trace at recs (cap records, count at *n), or off with recs NULL. */
+static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsigned int cap) {
+    cudaError_t e = cudaMemcpyToSymbol(d_trace, &recs, sizeof recs);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(d_trace_n, &n, sizeof n);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(d_trace_cap, &cap, sizeof cap);
+    return e;
+}
+cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
+cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 
 /* ---- launchers (one family per .cu file) ---- */
 

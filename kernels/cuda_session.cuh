@@ -95,6 +95,8 @@ struct cuda_session {
     uint32_t last_row;      /* row of the logits buffer that forward left last */
     uint32_t cur_pos;       /* position of the last forward's first row */
     cuda_prof *prof;        /* env THIN_CUDA_PROFILE=1: decode timings, or NULL */
+    uint32_t trace_at;      /* env THIN_CUDA_TRACE: the decode token to trace (from 1), or 0 */
+    uint32_t n_decoded;     /* decode tokens run so far */
     /* device allocations to free */
     void **allocs;
     uint32_t n_allocs, cap_allocs;

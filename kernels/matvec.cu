@@ -8,6 +8,8 @@
  * F32, optionally through a fused RMSNorm; epilogues add the residual or apply the SiLU gate.
  * CPU twin: op_matvec (+ op_rmsnorm, op_add, op_silu_mul) in ops_cpu.c.
  */
+#include <string.h>
+
 #include "cuda_common.cuh"
 
 #define MV_WARPS 8
@@ -276,7 +278,9 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     }
     float nw[MV_XPRE];
     preload_norm(a, w0.cols, nw);
+    const unsigned long long tr0 = d_trace ? gtimer() : 0;
     pdl_wait();
+    const unsigned long long tr1 = d_trace ? gtimer() : 0;
     stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
     for (; r < total; r += stride) {
         float acc[NR];
@@ -299,6 +303,7 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
         if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot);
     }
+    if (lane == 0) trace_block(TRACE_MV | total << 8, tr0, tr1); /* one record per warp */
 }
 
 /* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
@@ -348,7 +353,444 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     return launch_v<DT, 1>(a, n_sm, st);
 }
 
+/* ---- streamed matvec (sm_90): weight rows through shared memory by bulk copies ----
+ *
+ * One block per SM takes a contiguous range of units (rows, gate/up row pairs, or rope row pairs
+ * a, a + head_dim/2) and streams their weights through a ring of shared-memory stages, each a few
+ * units' rows brought by one or two cp.async.bulk copies completing on the stage's mbarrier. The
+ * whole ring is requested before the block waits for the previous kernel, so the weights of the
+ * next matrix flow while the previous kernel drains; its bytes in flight (tens of KiB per SM) do
+ * not depend on registers. The input vector (normalised when the norm is fused) lives in
+ * registers: thread t of a row group of P threads always reads the same vectors v = t % P + P m of
+ * a row, so a stage costs only its weight bytes of shared memory. Rows of a stage are reduced
+ * across the group (shuffles, then shared memory), and the epilogue's inputs (FP8 scales, the
+ * residual, the rope rotation) are fetched one stage ahead so that no load waits in the loop. */
+#define SM_THREADS 256
+#define SM_ACC 8      /* rows per thread and stage at most */
+#define SM_RED 256    /* partial sums per reduction buffer */
+#define SM_MAXNS 16   /* stages in the ring at most */
+#define SM_XMAX 48    /* x floats per thread at most (more would spill registers) */
+
+int thin_cuda_tma = 1, thin_cuda_tma_ring_kb = 0, thin_cuda_tma_stage_kb = 0, thin_cuda_tma_bps = 0;
+
+struct sm_plan {
+    uint32_t nvec;        /* 16-byte vectors per row */
+    uint32_t rowbytes;    /* nvec * 16 */
+    uint32_t P, G;        /* threads per row group (a power of two, at most 256); groups */
+    uint32_t R;           /* units per stage at most */
+    uint32_t ns;          /* stages in the ring */
+    uint32_t stage_bytes; /* R units' rows */
+    uint32_t total;       /* units */
+};
+
+struct sm_stage {
+    int seg;       /* segment */
+    uint32_t u;    /* first unit in the segment */
+    uint32_t cnt;  /* units */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_fence_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
+ * completing as transactions on mbarrier b. */
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+
+/* Dot product of 16 bytes of weights with the EPV floats of x held in registers. */
+template <int DT>
+__device__ __forceinline__ float dot16r(uint4 w, const float (&x)[vec_of<DT>::epv]) {
+    float s = 0.0f;
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    if (DT == THIN_DTYPE_BF16) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            s = fmaf(__uint_as_float(u[j] << 16), x[2 * j], s);
+            s = fmaf(__uint_as_float(u[j] & 0xffff0000u), x[2 * j + 1], s);
+        }
+    } else if (DT == THIN_DTYPE_F16) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __half22float2(*(const __half2 *)&u[j]);
+            s = fmaf(f.x, x[2 * j], s);
+            s = fmaf(f.y, x[2 * j + 1], s);
+        }
+    } else if (DT == THIN_DTYPE_F8_E4M3) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
+            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
+            float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
+            s = fmaf(fl.x, x[4 * j], s);
+            s = fmaf(fl.y, x[4 * j + 1], s);
+            s = fmaf(fh.x, x[4 * j + 2], s);
+            s = fmaf(fh.y, x[4 * j + 3], s);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) s = fmaf(__uint_as_float(u[j]), x[j], s);
+    }
+    return s;
+}
+
+__device__ __forceinline__ uint32_t sm_seg_units(const mv_args &a, int s) {
+    return a.pair ? a.seg[0].w.rows : a.rope ? a.seg[s].w.rows / 2 : a.seg[s].w.rows;
+}
+
+/* The stage starting at unit gu of the concatenated segments (the block's units end at end): at
+ * most R units, within one segment and, with rope, within one head. */
+__device__ __forceinline__ sm_stage sm_stage_at(const mv_args &a, uint32_t R, uint32_t gu, uint32_t end) {
+    sm_stage st;
+    const int nsu = a.pair ? 1 : a.nseg;
+    int s = 0;
+    uint32_t u = gu;
+    while (s + 1 < nsu && u >= sm_seg_units(a, s)) u -= sm_seg_units(a, s++);
+    uint32_t cnt = min(R, end - gu);
+    cnt = min(cnt, sm_seg_units(a, s) - u);
+    if (a.rope) {
+        const uint32_t half = a.head_dim / 2;
+        cnt = min(cnt, half - u % half);
+    }
+    st.seg = s;
+    st.u = u;
+    st.cnt = cnt;
+    return st;
+}
+
+/* First row in its segment of unit u (rope: row a of the pair a, a + half). */
+__device__ __forceinline__ uint32_t sm_row(const mv_args &a, uint32_t u) {
+    if (!a.rope) return u;
+    const uint32_t half = a.head_dim / 2;
+    return (u / half) * a.head_dim + u % half;
+}
+
+/* Requests stage st into dst: its units' first rows, then (pairs) their second rows. */
+__device__ __forceinline__ void sm_issue(const mv_args &a, const sm_plan &p, const sm_stage &st,
+                                         uint8_t *dst, uint64_t *bar) {
+    const uint32_t bytes = st.cnt * p.rowbytes;
+    const int two = a.pair || a.rope;
+    mbar_expect_tx(bar, two ? 2 * bytes : bytes);
+    if (a.pair) {
+        bulk_g2s(dst, row_ptr(a.seg[0].w, st.u), bytes, bar);
+        bulk_g2s(dst + bytes, row_ptr(a.seg[1].w, st.u), bytes, bar);
+    } else {
+        const uint32_t r = sm_row(a, st.u);
+        bulk_g2s(dst, row_ptr(a.seg[st.seg].w, r), bytes, bar);
+        if (two) bulk_g2s(dst + bytes, row_ptr(a.seg[st.seg].w, r + a.head_dim / 2), bytes, bar);
+    }
+}
+
+/* What a unit's epilogue reads besides its sums, fetched a stage ahead. */
+struct sm_epi {
+    float s0, s1;   /* FP8 row scales (1 otherwise) */
+    float r;        /* residual */
+    float2 rot;     /* rope rotation */
+};
+
+template <int DT>
+__device__ __forceinline__ void sm_epi_load(const mv_args &a, const sm_stage &st, uint32_t k, sm_epi *e) {
+    const uint32_t u = st.u + k, rr = sm_row(a, u);
+    const mv_seg &g = a.seg[st.seg];
+    e->s0 = e->s1 = 1.0f;
+    e->r = 0.0f;
+    e->rot = make_float2(1.0f, 0.0f);
+    if (a.rope) {
+        if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) {
+            e->s0 = __ldg(g.w.scale + rr);
+            e->s1 = __ldg(g.w.scale + rr + a.head_dim / 2);
+        }
+        e->rot = rope_rot(a, st.seg, rr);
+    } else if (a.pair) {
+        if (DT == THIN_DTYPE_F8_E4M3) {
+            if (a.seg[0].w.scale) e->s0 = __ldg(a.seg[0].w.scale + rr);
+            if (a.seg[1].w.scale) e->s1 = __ldg(a.seg[1].w.scale + rr);
+        }
+    } else {
+        if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) e->s0 = __ldg(g.w.scale + rr);
+        if (a.resid) e->r = a.resid[rr];
+    }
+}
+
+/* The epilogue of unit k of stage st (sums y0, and y1 for pairs), as store_rope / store_row. */
+__device__ __forceinline__ void sm_epi_store(const mv_args &a, const sm_stage &st, uint32_t k, float y0,
+                                             float y1, const sm_epi &e, int32_t pos) {
+    const uint32_t u = st.u + k, rr = sm_row(a, u);
+    const mv_seg &g = a.seg[st.seg];
+    y0 *= e.s0;
+    y1 *= e.s1;
+    if (a.rope) {
+        const uint32_t half = a.head_dim / 2;
+        float o0 = y0, o1 = y1;
+        if (g.freq) {
+            o0 = y0 * e.rot.x - y1 * e.rot.y;
+            o1 = y0 * e.rot.y + y1 * e.rot.x;
+        }
+        g.out[rr] = o0;
+        g.out[rr + half] = o1;
+        if (g.cache) {
+            const size_t o = (size_t)pos * g.w.rows + rr;
+            store_kv(g.cache, a.kv_dtype, o, o0);
+            store_kv(g.cache, a.kv_dtype, o + half, o1);
+        }
+    } else if (a.pair) {
+        a.seg[1].out[rr] = y1;
+        a.seg[0].out[rr] = silu_f(y0) * y1;
+    } else {
+        g.out[rr] = y0;
+        if (a.resid) a.resid[rr] = e.r + y0;
+    }
+}
+
+template <int DT, int M>
+__global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_args a, const sm_plan p) {
+    constexpr uint32_t EPV = vec_of<DT>::epv;
+    extern __shared__ __align__(128) uint8_t ring[];
+    __shared__ uint64_t bars[SM_MAXNS];
+    __shared__ float red[2][SM_RED];
+    __shared__ float redn[32];
+    pdl_trigger();
+    const unsigned long long tr0 = d_trace ? gtimer() : 0;
+    const uint32_t t = threadIdx.x;
+    const uint32_t beg = (uint32_t)((uint64_t)blockIdx.x * p.total / gridDim.x);
+    const uint32_t end = (uint32_t)((uint64_t)(blockIdx.x + 1) * p.total / gridDim.x);
+    const int two = a.pair || a.rope;
+    if (t == 0) {
+        for (uint32_t k = 0; k < p.ns; k++) mbar_init(&bars[k], 1);
+        mbar_fence_init();
+    }
+    __syncthreads();
+    /* the ring's first stages: weights only, before the wait */
+    uint32_t pgu = beg; /* thread 0: the first unit not yet requested */
+    if (t == 0)
+        for (uint32_t k = 0; k < p.ns && pgu < end; k++) {
+            const sm_stage st = sm_stage_at(a, p.R, pgu, end);
+            sm_issue(a, p, st, ring + (size_t)k * p.stage_bytes, &bars[k]);
+            pgu += st.cnt;
+        }
+    /* x in registers: vectors v0 + P m of a row (norm weights first, before the wait) */
+    const uint32_t P = p.P, G = p.G, grp = t / P, v0 = t % P;
+    const uint32_t cols = a.seg[0].w.cols;
+    float xr[M][EPV];
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (uint32_t e = 0; e < EPV; e++) {
+            const uint32_t i = (v0 + P * m) * EPV + e;
+            xr[m][e] = a.norm_w && i < cols ? load_elem(a.norm_w, a.norm_dtype, i) : 1.0f;
+        }
+    pdl_wait();
+    const unsigned long long tr1 = d_trace ? gtimer() : 0;
+    float ss = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (uint32_t e = 0; e < EPV; e++) {
+            const uint32_t i = (v0 + P * m) * EPV + e;
+            const float xv = i < cols ? __ldcg(a.x + i) : 0.0f;
+            if (grp == 0) ss += xv * xv;
+            xr[m][e] *= xv;
+        }
+    if (a.norm_w) {
+        const float inv = 1.0f / sqrtf(block_sum(ss, redn) / (float)cols + a.eps);
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (uint32_t e = 0; e < EPV; e++) xr[m][e] *= inv;
+    }
+    const int32_t pos = a.rope ? *a.pos : 0;
+    const uint32_t W = P < 32 ? P : 32, nsl = P > 32 ? P / 32 : 1, sl = P > 32 ? v0 / 32 : 0;
+    uint32_t gu = beg, it = 0;
+    sm_stage cur = sm_stage_at(a, p.R, gu, end);
+    sm_epi ep;
+    if (gu < end && t < cur.cnt) sm_epi_load<DT>(a, cur, t, &ep);
+    while (gu < end) {
+        const uint32_t slot = it % p.ns;
+        mbar_wait(&bars[slot], (it / p.ns) & 1);
+        const uint8_t *sb = ring + (size_t)slot * p.stage_bytes;
+        const uint32_t rows = cur.cnt * (two ? 2 : 1), jn = (rows + G - 1) / G;
+        float *rb = red[it & 1];
+#pragma unroll
+        for (int j = 0; j < SM_ACC; j++) {
+            if ((uint32_t)j < jn) {
+                const uint32_t row = grp + (uint32_t)j * G;
+                float acc = 0.0f;
+                if (row < rows) {
+                    const uint4 *wr = (const uint4 *)(sb + (size_t)row * p.rowbytes);
+#pragma unroll
+                    for (int m = 0; m < M; m++) {
+                        const uint32_t v = v0 + P * m;
+                        if (v < p.nvec) acc += dot16r<DT>(wr[v], xr[m]);
+                    }
+                }
+                for (uint32_t o = W / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                if (row < rows && t % W == 0) rb[row * nsl + sl] = acc;
+            }
+        }
+        __syncthreads();
+        if (t == 0 && pgu < end) { /* every thread is done with this slot: refill it */
+            const sm_stage st = sm_stage_at(a, p.R, pgu, end);
+            fence_proxy_async();
+            sm_issue(a, p, st, ring + (size_t)slot * p.stage_bytes, &bars[slot]);
+            pgu += st.cnt;
+        }
+        const uint32_t ngu = gu + cur.cnt;
+        const sm_stage nxt = sm_stage_at(a, p.R, ngu, end);
+        if (t < cur.cnt) {
+            float y0 = 0.0f, y1 = 0.0f;
+            for (uint32_t q = 0; q < nsl; q++) y0 += rb[t * nsl + q];
+            if (two)
+                for (uint32_t q = 0; q < nsl; q++) y1 += rb[(t + cur.cnt) * nsl + q];
+            sm_epi_store(a, cur, t, y0, y1, ep, pos);
+        }
+        if (ngu < end && t < nxt.cnt) sm_epi_load<DT>(a, nxt, t, &ep);
+        cur = nxt;
+        gu = ngu;
+        it++;
+    }
+    if (t == 0) trace_block(TRACE_MV_STREAM | p.total << 8, tr0, tr1);
+}
+
+/* The stream kernel's plan for a, or 0 when it does not apply (rows too long for two stages,
+ * more than 8 vectors of x per thread). *smem: its dynamic shared memory. */
+static int stream_plan(const mv_args *a, int n_sm, sm_plan *p, uint32_t *blocks, size_t *smem) {
+    const dmat &w = a->seg[0].w;
+    const uint32_t epv = dtype_vec_elems(w.dtype);
+    if (!epv || w.pitch % epv) return 0;
+    memset(p, 0, sizeof *p);
+    p->nvec = w.pitch / epv;
+    p->rowbytes = p->nvec * 16;
+    p->P = 1;
+    while (p->P < p->nvec && p->P < SM_THREADS) p->P <<= 1;
+    p->G = SM_THREADS / p->P;
+    const uint32_t m = (p->nvec + p->P - 1) / p->P;
+    const uint32_t m_inst = m <= 4 ? m : m <= 6 ? 6 : 8; /* the instance launch_stream picks */
+    if (m > 8 || m_inst * epv > SM_XMAX) return 0;
+    const uint32_t two = a->pair || a->rope ? 2 : 1;
+    p->total = 0;
+    for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) p->total += a->seg[s].w.rows / (a->rope ? 2 : 1);
+    if (p->total == 0) return 0;
+    const uint32_t stage_target = (thin_cuda_tma_stage_kb > 0 ? (uint32_t)thin_cuda_tma_stage_kb : 16) << 10;
+    const uint32_t ring_cap = (thin_cuda_tma_ring_kb > 0 ? (uint32_t)thin_cuda_tma_ring_kb : 96) << 10;
+    const uint32_t unit_bytes = two * p->rowbytes;
+    const uint32_t nsl = p->P > 32 ? p->P / 32 : 1;
+    uint32_t R = stage_target / unit_bytes;
+    if (R < 1) R = 1;
+    if (R * two > SM_ACC * p->G) R = SM_ACC * p->G / two;
+    if (R * two * nsl > SM_RED) R = SM_RED / (two * nsl);
+    if (a->rope && R > a->head_dim / 2) R = a->head_dim / 2;
+    if (R < 1) return 0;
+    p->R = R;
+    p->stage_bytes = R * unit_bytes;
+    const int bps = thin_cuda_tma_bps > 0 ? thin_cuda_tma_bps : 1;
+    uint32_t nb = (uint32_t)n_sm * (uint32_t)bps;
+    if (nb > p->total) nb = p->total;
+    const uint32_t per_block = (p->total + nb - 1) / nb;
+    uint32_t ns = ring_cap / p->stage_bytes;
+    const uint32_t need = (per_block + R - 1) / R + (a->rope ? per_block / (a->head_dim / 2) + 1 : 0) + 2;
+    if (ns > need) ns = need;
+    if (ns > SM_MAXNS) ns = SM_MAXNS;
+    if (ns < 2) ns = 2;
+    if ((size_t)ns * p->stage_bytes > 200u * 1024) return 0;
+    p->ns = ns;
+    *blocks = nb;
+    *smem = (size_t)ns * p->stage_bytes;
+    return 1;
+}
+
+template <int DT, int M>
+static cudaError_t launch_stream_m(const mv_args *a, const sm_plan *p, uint32_t blocks, size_t smem,
+                                   cudaStream_t st) {
+    static size_t set_smem; /* the largest dynamic shared memory allowed so far */
+    if (smem > 48 * 1024 && smem > set_smem) {
+        cudaError_t e = cudaFuncSetAttribute(matvec_stream_kernel<DT, M>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        set_smem = smem;
+    }
+    return launch_k(matvec_stream_kernel<DT, M>, dim3(blocks), dim3(SM_THREADS), smem, st, *a, *p);
+}
+
+template <int DT, int M>
+static cudaError_t launch_stream_if(const mv_args *a, const sm_plan *p, uint32_t blocks, size_t smem,
+                                    cudaStream_t st) {
+    if constexpr (M * vec_of<DT>::epv <= SM_XMAX) return launch_stream_m<DT, M>(a, p, blocks, smem, st);
+    else return cudaErrorInvalidValue; /* excluded by stream_plan */
+}
+
+template <int DT>
+static cudaError_t launch_stream(const mv_args *a, const sm_plan *p, uint32_t blocks, size_t smem,
+                                 cudaStream_t st) {
+    const uint32_t m = (p->nvec + p->P - 1) / p->P;
+    if (m <= 1) return launch_stream_if<DT, 1>(a, p, blocks, smem, st);
+    if (m <= 2) return launch_stream_if<DT, 2>(a, p, blocks, smem, st);
+    if (m <= 3) return launch_stream_if<DT, 3>(a, p, blocks, smem, st);
+    if (m <= 4) return launch_stream_if<DT, 4>(a, p, blocks, smem, st);
+    if (m <= 6) return launch_stream_if<DT, 6>(a, p, blocks, smem, st);
+    return launch_stream_if<DT, 8>(a, p, blocks, smem, st);
+}
+
+cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
+    return trace_arm_here(recs, n, cap);
+}
+
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st) {
+    sm_plan p;
+    uint32_t blocks = 0;
+    size_t smem = 0;
+    if (thin_cuda_tma && stream_plan(a, n_sm, &p, &blocks, &smem)) {
+        switch (a->seg[0].w.dtype) {
+        case THIN_DTYPE_BF16: return launch_stream<THIN_DTYPE_BF16>(a, &p, blocks, smem, st);
+        case THIN_DTYPE_F16: return launch_stream<THIN_DTYPE_F16>(a, &p, blocks, smem, st);
+        case THIN_DTYPE_F8_E4M3: return launch_stream<THIN_DTYPE_F8_E4M3>(a, &p, blocks, smem, st);
+        case THIN_DTYPE_F32: return launch_stream<THIN_DTYPE_F32>(a, &p, blocks, smem, st);
+        default: break;
+        }
+    }
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
     case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);

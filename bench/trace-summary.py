@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""trace-summary.py — where one decode token's time goes, from a thin-run kernel timeline.
+
+    THIN_CUDA_TRACE=20 THIN_CUDA_TRACE_FILE=t.csv thin-run ... ; python3 bench/trace-summary.py t.csv
+
+The timeline (kernels/cuda_backend.cu, trace_token) has one line per block of the traced kernels
+(matvecs, decode attention): its launch, SM, and the global-timer times at which it started, at
+which its wait for the previous kernel returned, and at which it ended. Kernels are taken in
+order of their first block's start; per layer they are q/k/v, attention, o, gate/up, down, and
+the LM head closes the token. Per step (averaged over layers) it prints:
+
+  lead    how long before the previous kernel's last block ended this kernel's first block began
+          (its weights were being fetched then)
+  release from the previous kernel's last block ending to this kernel's first wait returning
+  span    from the previous kernel's last block ending to this one's last block ending: the
+          step's share of the token
+  body    from this kernel's first wait returning to its last block ending
+  blocks  blocks recorded (per warp for the register matvec)
+"""
+import csv
+import sys
+from collections import OrderedDict, defaultdict
+
+STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: trace-summary.py TRACE.csv")
+    grids = OrderedDict()
+    with open(sys.argv[1], newline="") as f:
+        for r in csv.DictReader(f):
+            g = grids.setdefault(r["grid"], {"kind": int(r["kind"]), "units": int(r["units"]),
+                                             "t0": [], "t1": [], "t2": [], "sm": set()})
+            g["t0"].append(int(r["t0"]))
+            g["t1"].append(int(r["t1"]))
+            g["t2"].append(int(r["t2"]))
+            g["sm"].add(int(r["sm"]))
+    ks = sorted(grids.values(), key=lambda g: min(g["t0"]))
+    if not ks:
+        sys.exit("trace-summary: no records")
+    n_layers = (len(ks) - 1) // len(STEPS)
+    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
+    names += ["lm_head"] * (len(ks) - len(names))
+    agg = defaultdict(lambda: defaultdict(float))
+    cnt = defaultdict(int)
+    prev_end = None
+    for name, g in zip(names, ks):
+        t0, t1, t2 = min(g["t0"]), min(g["t1"]), max(g["t2"])
+        a = agg[name]
+        if prev_end is not None:
+            a["lead"] += (prev_end - t0) / 1e3
+            a["release"] += (t1 - prev_end) / 1e3
+            a["span"] += (t2 - prev_end) / 1e3
+        else:
+            a["span"] += (t2 - t0) / 1e3
+        a["body"] += (t2 - t1) / 1e3
+        a["tail"] += (t2 - sorted(g["t2"])[len(g["t2"]) // 2]) / 1e3
+        a["blocks"] += len(g["t0"])
+        a["sms"] += len(g["sm"])
+        cnt[name] += 1
+        prev_end = t2
+    total = (max(max(g["t2"]) for g in ks) - min(ks[0]["t0"])) / 1e3
+    print(f"kernels traced: {len(ks)} ({n_layers} layers); token (first start to last end): {total:.1f} us")
+    print(f"{'step':10} {'n':>3} {'lead':>7} {'release':>8} {'span':>7} {'body':>7} {'tail':>6} {'blocks':>7} {'SMs':>5}  us each; span summed")
+    tot_span = 0.0
+    for name in STEPS + ["lm_head"]:
+        if name not in cnt:
+            continue
+        n = cnt[name]
+        a = agg[name]
+        tot_span += a["span"]
+        print(f"{name:10} {n:3d} {a['lead']/n:7.2f} {a['release']/n:8.2f} {a['span']/n:7.2f} "
+              f"{a['body']/n:7.2f} {a['tail']/n:6.2f} {a['blocks']/n:7.0f} {a['sms']/n:5.0f}  {a['span']:8.1f}")
+    print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
+    print("tail: last block's end minus the median block's end")
+
+
+if __name__ == "__main__":
+    main()
