@@ -70,6 +70,7 @@ for m in $MODELS; do
         fi
     done
 done
-echo "copy bandwidth: ${BW:-?} GB/s"
 [ -f "$OUTDIR/traces.txt" ] && cat "$OUTDIR/traces.txt"
+echo "== decode tok/s (copy bandwidth ${BW:-?} GB/s)"
+cat "$TABLE"
 exit 0

@@ -216,9 +216,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     const char *tma = getenv("THIN_CUDA_TMA");
     thin_cuda_tma = !(tma && strcmp(tma, "0") == 0);
-    thin_cuda_tma_ring_kb = thin_cuda_tma_stage_kb = thin_cuda_tma_bps = 0;
+    thin_cuda_tma_ring_kb = thin_cuda_tma_stage_kb = thin_cuda_tma_bps = thin_cuda_tma_mode = 0;
     if (tma && thin_cuda_tma)
-        sscanf(tma, "%d,%d,%d", &thin_cuda_tma_ring_kb, &thin_cuda_tma_stage_kb, &thin_cuda_tma_bps);
+        sscanf(tma, "%d,%d,%d,%d", &thin_cuda_tma_ring_kb, &thin_cuda_tma_stage_kb, &thin_cuda_tma_bps,
+               &thin_cuda_tma_mode);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));

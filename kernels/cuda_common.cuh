@@ -132,9 +132,10 @@ extern int thin_cuda_carveout;
  * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
 extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
 /* Streamed matvec (sm_90 bulk copies through a shared-memory ring; env THIN_CUDA_TMA=0 turns it
- * off, THIN_CUDA_TMA="RING_KB,STAGE_KB,BPS" sets its ring and stage sizes and blocks per SM for
+ * off, THIN_CUDA_TMA="RING_KB,STAGE_KB,BPS,MODE" sets its ring and stage sizes, blocks per SM and
+ * how the ring is filled (0 cp.async, 1 bulk copies with try_wait, 2 bulk copies polled) for
  * comparisons; 0 keeps a default). */
-extern int thin_cuda_tma, thin_cuda_tma_ring_kb, thin_cuda_tma_stage_kb, thin_cuda_tma_bps;
+extern int thin_cuda_tma, thin_cuda_tma_ring_kb, thin_cuda_tma_stage_kb, thin_cuda_tma_bps, thin_cuda_tma_mode;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -175,7 +176,11 @@ static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t 
     thin_cuda_launches++;
     set_carveout((const void *)k);
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for the next launch to report */
+        return e;
+    }
+    return cudaGetLastError();
 }
 
 /* launch_kc without clusters. */

@@ -370,8 +370,10 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
 #define SM_RED 256    /* partial sums per reduction buffer */
 #define SM_MAXNS 16   /* stages in the ring at most */
 #define SM_XMAX 48    /* x floats per thread at most (more would spill registers) */
+#define SM_RING_MAX (200 * 1024) /* ring bytes at most */
 
-int thin_cuda_tma = 1, thin_cuda_tma_ring_kb = 0, thin_cuda_tma_stage_kb = 0, thin_cuda_tma_bps = 0;
+int thin_cuda_tma = 1, thin_cuda_tma_ring_kb = 0, thin_cuda_tma_stage_kb = 0, thin_cuda_tma_bps = 0,
+    thin_cuda_tma_mode = 0;
 
 struct sm_plan {
     uint32_t nvec;        /* 16-byte vectors per row */
@@ -381,6 +383,7 @@ struct sm_plan {
     uint32_t ns;          /* stages in the ring */
     uint32_t stage_bytes; /* R units' rows */
     uint32_t total;       /* units */
+    uint32_t mode;        /* 0: cp.async by every thread; 1: bulk copies, try_wait; 2: bulk, test_wait */
 };
 
 struct sm_stage {
@@ -428,9 +431,22 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
 #endif
 }
 
-__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+/* Waits for phase `parity` of mbarrier b: try_wait (the thread may be suspended until it
+ * completes) or, with spin, test_wait polling. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity, int spin) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t done;
+    if (spin) {
+        do {
+            asm volatile("{\n\t.reg .pred p;\n\t"
+                         "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                         "selp.u32 %0, 1, 0, p;\n\t}"
+                         : "=r"(done)
+                         : "r"(smem_u32(b)), "r"(parity)
+                         : "memory");
+        } while (!done);
+        return;
+    }
     do {
         asm volatile("{\n\t.reg .pred p;\n\t"
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
@@ -439,6 +455,30 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
                      : "r"(smem_u32(b)), "r"(parity)
                      : "memory");
     } while (!done);
+#endif
+}
+
+/* cp.async: 16 bytes global -> shared per call, committed in groups (one per stage). */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* Waits until at most n (< 16) of this thread's committed groups are pending. */
+__device__ __forceinline__ void cp_wait(uint32_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define CPW(k) case k: asm volatile("cp.async.wait_group " #k ";" ::: "memory"); break;
+    switch (n) {
+        CPW(0) CPW(1) CPW(2) CPW(3) CPW(4) CPW(5) CPW(6) CPW(7)
+        CPW(8) CPW(9) CPW(10) CPW(11) CPW(12) CPW(13) CPW(14)
+        default: asm volatile("cp.async.wait_group 15;" ::: "memory");
+    }
+#undef CPW
 #endif
 }
 
@@ -525,6 +565,24 @@ __device__ __forceinline__ void sm_issue(const mv_args &a, const sm_plan &p, con
     }
 }
 
+/* sm_issue with cp.async by every thread of the block (16 bytes each in turn); not committed. */
+__device__ __forceinline__ void sm_issue_cp(const mv_args &a, const sm_plan &p, const sm_stage &st,
+                                            uint8_t *dst) {
+    const uint32_t bytes = st.cnt * p.rowbytes;
+    const uint8_t *src0, *src1 = NULL;
+    if (a.pair) {
+        src0 = (const uint8_t *)row_ptr(a.seg[0].w, st.u);
+        src1 = (const uint8_t *)row_ptr(a.seg[1].w, st.u);
+    } else {
+        const uint32_t r = sm_row(a, st.u);
+        src0 = (const uint8_t *)row_ptr(a.seg[st.seg].w, r);
+        if (a.rope) src1 = (const uint8_t *)row_ptr(a.seg[st.seg].w, r + a.head_dim / 2);
+    }
+    for (uint32_t o = threadIdx.x * 16; o < bytes; o += SM_THREADS * 16) cp16(dst + o, src0 + o);
+    if (src1)
+        for (uint32_t o = threadIdx.x * 16; o < bytes; o += SM_THREADS * 16) cp16(dst + bytes + o, src1 + o);
+}
+
 /* What a unit's epilogue reads besides its sums, fetched a stage ahead. */
 struct sm_epi {
     float s0, s1;   /* FP8 row scales (1 otherwise) */
@@ -599,19 +657,30 @@ __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_a
     const uint32_t beg = (uint32_t)((uint64_t)blockIdx.x * p.total / gridDim.x);
     const uint32_t end = (uint32_t)((uint64_t)(blockIdx.x + 1) * p.total / gridDim.x);
     const int two = a.pair || a.rope;
-    if (t == 0) {
+    const int bulk = p.mode != 0;
+    if (bulk && t == 0) {
         for (uint32_t k = 0; k < p.ns; k++) mbar_init(&bars[k], 1);
         mbar_fence_init();
     }
-    __syncthreads();
+    if (bulk) __syncthreads();
     /* the ring's first stages: weights only, before the wait */
-    uint32_t pgu = beg; /* thread 0: the first unit not yet requested */
-    if (t == 0)
+    uint32_t pgu = beg; /* the first unit not yet requested (bulk: thread 0's) */
+    if (!bulk) {
+        for (uint32_t k = 0; k < p.ns; k++) {
+            if (pgu < end) {
+                const sm_stage st = sm_stage_at(a, p.R, pgu, end);
+                sm_issue_cp(a, p, st, ring + (size_t)k * p.stage_bytes);
+                pgu += st.cnt;
+            }
+            cp_commit();
+        }
+    } else if (t == 0) {
         for (uint32_t k = 0; k < p.ns && pgu < end; k++) {
             const sm_stage st = sm_stage_at(a, p.R, pgu, end);
             sm_issue(a, p, st, ring + (size_t)k * p.stage_bytes, &bars[k]);
             pgu += st.cnt;
         }
+    }
     /* x in registers: vectors v0 + P m of a row (norm weights first, before the wait) */
     const uint32_t P = p.P, G = p.G, grp = t / P, v0 = t % P;
     const uint32_t cols = a.seg[0].w.cols;
@@ -650,7 +719,12 @@ __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_a
     if (gu < end && t < cur.cnt) sm_epi_load<DT>(a, cur, t, &ep);
     while (gu < end) {
         const uint32_t slot = it % p.ns;
-        mbar_wait(&bars[slot], (it / p.ns) & 1);
+        if (bulk) {
+            mbar_wait(&bars[slot], (it / p.ns) & 1, p.mode == 2);
+        } else {
+            cp_wait(p.ns - 1);
+            __syncthreads();
+        }
         const uint8_t *sb = ring + (size_t)slot * p.stage_bytes;
         const uint32_t rows = cur.cnt * (two ? 2 : 1), jn = (rows + G - 1) / G;
         float *rb = red[it & 1];
@@ -672,7 +746,15 @@ __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_a
             }
         }
         __syncthreads();
-        if (t == 0 && pgu < end) { /* every thread is done with this slot: refill it */
+        /* every thread is done with this slot: refill it */
+        if (!bulk) {
+            if (pgu < end) {
+                const sm_stage st = sm_stage_at(a, p.R, pgu, end);
+                sm_issue_cp(a, p, st, ring + (size_t)slot * p.stage_bytes);
+                pgu += st.cnt;
+            }
+            cp_commit();
+        } else if (t == 0 && pgu < end) {
             const sm_stage st = sm_stage_at(a, p.R, pgu, end);
             fence_proxy_async();
             sm_issue(a, p, st, ring + (size_t)slot * p.stage_bytes, &bars[slot]);
@@ -735,8 +817,9 @@ static int stream_plan(const mv_args *a, int n_sm, sm_plan *p, uint32_t *blocks,
     if (ns > need) ns = need;
     if (ns > SM_MAXNS) ns = SM_MAXNS;
     if (ns < 2) ns = 2;
-    if ((size_t)ns * p->stage_bytes > 200u * 1024) return 0;
+    if ((size_t)ns * p->stage_bytes > SM_RING_MAX) return 0;
     p->ns = ns;
+    p->mode = thin_cuda_tma_mode >= 0 && thin_cuda_tma_mode <= 2 ? (uint32_t)thin_cuda_tma_mode : 0;
     *blocks = nb;
     *smem = (size_t)ns * p->stage_bytes;
     return 1;
@@ -745,12 +828,12 @@ static int stream_plan(const mv_args *a, int n_sm, sm_plan *p, uint32_t *blocks,
 template <int DT, int M>
 static cudaError_t launch_stream_m(const mv_args *a, const sm_plan *p, uint32_t blocks, size_t smem,
                                    cudaStream_t st) {
-    static size_t set_smem; /* the largest dynamic shared memory allowed so far */
-    if (smem > 48 * 1024 && smem > set_smem) {
+    static int set; /* the ring's largest size allowed once (static shared memory comes on top) */
+    if (!set) {
         cudaError_t e = cudaFuncSetAttribute(matvec_stream_kernel<DT, M>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, SM_RING_MAX);
         if (e != cudaSuccess) return e;
-        set_smem = smem;
+        set = 1;
     }
     return launch_k(matvec_stream_kernel<DT, M>, dim3(blocks), dim3(SM_THREADS), smem, st, *a, *p);
 }
