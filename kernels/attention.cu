@@ -445,6 +445,15 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     pdl_wait();
     const unsigned long long tr1 = d_trace ? gtimer() : 0;
+    /* the current position's K and V (the previous kernel wrote them), with q: one wait */
+#pragma unroll
+    for (int r = 0; r < NW; r++) {
+        const uint32_t p = start + r * PPR + warp * PPW + lane / LP;
+        if ((uint32_t)r < nr0 && p < end && p == pos0) {
+            kr[r] = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
+            vr[r] = kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
+        }
+    }
     float *sc = sm, *red = sc + (size_t)G * a.chunk_max;
     float qv[GM][EPV];
     load_q<GM, EPV>(a.q + (size_t)kh * G * hd + j * EPV, G, hd, qv);
@@ -457,7 +466,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
             const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
             const bool ok = p < end;
             uint4 u = make_uint4(0, 0, 0, 0);
-            if (ok && w0 == 0 && p < pos0) u = kr[r];
+            if (ok && w0 == 0) u = kr[r]; /* window 0: every position in registers */
             else if (ok) u = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
             float kf[EPV];
             kv_unpack<KDT>(u, kf);
@@ -487,7 +496,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
             if ((uint32_t)r >= nr0) break;
             const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
             if (p >= end) continue;
-            const uint4 u = w0 == 0 && p < pos0 ? vr[r] : kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
+            const uint4 u = w0 == 0 ? vr[r] : kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
             float vf[EPV];
             kv_unpack<KDT>(u, vf);
 #pragma unroll
@@ -508,15 +517,28 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     float *part = a.partial + (size_t)kh * G * a.n_splits * stride; /* [g][cluster][hd + 2] */
     for (uint32_t i = rank * per + threadIdx.x; i < min(G * hd, (rank + 1) * per); i += blockDim.x) {
         const uint32_t g = i / hd;
+        /* every block's (m, sum) and sums at once: one round trip of distributed shared memory */
+        float mb[AD_CLUSTER], lb[AD_CLUSTER], rb[AD_CLUSTER];
+#pragma unroll
+        for (uint32_t b = 0; b < AD_CLUSTER; b++) {
+            mb[b] = -INFINITY, lb[b] = 0.0f, rb[b] = 0.0f;
+            if (b < in_cl) {
+                const float *mlb = cl.map_shared_rank(ml, b);
+                mb[b] = mlb[2 * g];
+                lb[b] = mlb[2 * g + 1];
+                rb[b] = cl.map_shared_rank(red, b)[i];
+            }
+        }
         float M = -INFINITY;
-        for (uint32_t b = 0; b < in_cl; b++) M = fmaxf(M, cl.map_shared_rank(ml, b)[2 * g]);
+#pragma unroll
+        for (uint32_t b = 0; b < AD_CLUSTER; b++) M = fmaxf(M, mb[b]);
         float L = 0.0f, o = 0.0f;
-        for (uint32_t b = 0; b < in_cl; b++) {
-            const float *mlb = cl.map_shared_rank(ml, b);
-            if (mlb[2 * g + 1] == 0.0f) continue;
-            const float f = expf(mlb[2 * g] - M);
-            L += mlb[2 * g + 1] * f;
-            o += cl.map_shared_rank(red, b)[i] * f;
+#pragma unroll
+        for (uint32_t b = 0; b < AD_CLUSTER; b++) {
+            if (lb[b] == 0.0f) continue; /* an empty span (or no block) */
+            const float f = expf(mb[b] - M);
+            L += lb[b] * f;
+            o += rb[b] * f;
         }
         if (n_cl == 1) {
             a.out[(size_t)kh * G * hd + i] = o / L;
