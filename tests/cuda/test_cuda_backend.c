@@ -17,7 +17,8 @@
 #include "../../tools/thin-run/exec_cpu.h"
 #include "ops.h"
 
-enum { V = 1000, I = 688, L = 2, CTX = 600 };
+enum { V = 1000, L = 2, CTX = 600 };
+static uint32_t I = 688;
 /* Attention shape of the case being run (set by run_case). */
 static uint32_t H = 256, NH = 8, NKV = 2, HD = 32, KV = 64;
 enum { B_X, B_H, B_Q, B_K, B_V, B_ATT, B_G, B_U, B_LOGITS, N_BUFS };
@@ -270,6 +271,11 @@ int main(void) {
     H = 512, NH = 4, NKV = 1, HD = 128;
     run_case("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* A wide FFN: the down projection's rows hold several vectors per thread of the matvec. */
+    I = 4400;
+    run_case("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    run_case("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
+    run_case("wide ffn F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
