@@ -56,7 +56,7 @@ for m in $MODELS; do
             r=$((r + 1))
         done
         wb=$(jget "$OUTDIR/$m-$vi.json" weight_bytes)
-        lim=$(python3 -c "import sys;print(f'{float(sys.argv[1])/(float(sys.argv[2])/(float(sys.argv[3])*1e9)):.0%}')" "$best" "${wb:-0}" "${BW:-0}" 2>/dev/null)
+        lim=$(python3 -c "import sys;print(f'{float(sys.argv[1])*float(sys.argv[2])/(float(sys.argv[3])*1e9):.0%}')" "$best" "${wb:-0}" "${BW:-0}" 2>/dev/null)
         same=-
         if [ -n "$first" ]; then
             same=$(python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$first" "$OUTDIR/$m-$vi-first.json" 2>/dev/null)

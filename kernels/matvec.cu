@@ -366,7 +366,6 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
  * across the group (shuffles, then shared memory), and the epilogue's inputs (FP8 scales, the
  * residual, the rope rotation) are fetched one stage ahead so that no load waits in the loop. */
 #define SM_THREADS 256
-#define SM_ACC 8      /* rows per thread and stage at most */
 #define SM_RED 256    /* partial sums per reduction buffer */
 #define SM_MAXNS 16   /* stages in the ring at most */
 #define SM_XMAX 48    /* x floats per thread at most (more would spill registers) */
@@ -385,6 +384,10 @@ struct sm_plan {
     uint32_t total;       /* units */
     uint32_t mode;        /* 0: cp.async by every thread; 1: bulk copies, try_wait; 2: bulk, test_wait */
 };
+
+/* Rows per thread and stage at most for M vectors of x per thread (their weights in registers:
+ * JM * M vectors of 16 bytes). */
+__host__ __device__ constexpr int sm_jm(int M) { return M >= 8 ? 1 : 8 / M; }
 
 struct sm_stage {
     int seg;       /* segment */
@@ -485,20 +488,20 @@ __device__ __forceinline__ void cp_wait(uint32_t n) {
 /* Dot product of 16 bytes of weights with the EPV floats of x held in registers. */
 template <int DT>
 __device__ __forceinline__ float dot16r(uint4 w, const float (&x)[vec_of<DT>::epv]) {
-    float s = 0.0f;
+    float s = 0.0f, r = 0.0f; /* two chains */
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
     if (DT == THIN_DTYPE_BF16) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             s = fmaf(__uint_as_float(u[j] << 16), x[2 * j], s);
-            s = fmaf(__uint_as_float(u[j] & 0xffff0000u), x[2 * j + 1], s);
+            r = fmaf(__uint_as_float(u[j] & 0xffff0000u), x[2 * j + 1], r);
         }
     } else if (DT == THIN_DTYPE_F16) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float2 f = __half22float2(*(const __half2 *)&u[j]);
             s = fmaf(f.x, x[2 * j], s);
-            s = fmaf(f.y, x[2 * j + 1], s);
+            r = fmaf(f.y, x[2 * j + 1], r);
         }
     } else if (DT == THIN_DTYPE_F8_E4M3) {
 #pragma unroll
@@ -507,15 +510,18 @@ __device__ __forceinline__ float dot16r(uint4 w, const float (&x)[vec_of<DT>::ep
             __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
             float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
             s = fmaf(fl.x, x[4 * j], s);
-            s = fmaf(fl.y, x[4 * j + 1], s);
+            r = fmaf(fl.y, x[4 * j + 1], r);
             s = fmaf(fh.x, x[4 * j + 2], s);
-            s = fmaf(fh.y, x[4 * j + 3], s);
+            r = fmaf(fh.y, x[4 * j + 3], r);
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) s = fmaf(__uint_as_float(u[j]), x[j], s);
+        for (int j = 0; j < 4; j += 2) {
+            s = fmaf(__uint_as_float(u[j]), x[j], s);
+            r = fmaf(__uint_as_float(u[j + 1]), x[j + 1], r);
+        }
     }
-    return s;
+    return s + r;
 }
 
 __device__ __forceinline__ uint32_t sm_seg_units(const mv_args &a, int s) {
@@ -647,6 +653,7 @@ __device__ __forceinline__ void sm_epi_store(const mv_args &a, const sm_stage &s
 template <int DT, int M>
 __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_args a, const sm_plan p) {
     constexpr uint32_t EPV = vec_of<DT>::epv;
+    constexpr int JM = sm_jm(M);
     extern __shared__ __align__(128) uint8_t ring[];
     __shared__ uint64_t bars[SM_MAXNS];
     __shared__ float red[2][SM_RED];
@@ -717,35 +724,47 @@ __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_a
     sm_stage cur = sm_stage_at(a, p.R, gu, end);
     sm_epi ep;
     if (gu < end && t < cur.cnt) sm_epi_load<DT>(a, cur, t, &ep);
+    if (!bulk) { /* stage 0 in place and visible to every thread */
+        cp_wait(p.ns - 1);
+        __syncthreads();
+    }
     while (gu < end) {
         const uint32_t slot = it % p.ns;
-        if (bulk) {
-            mbar_wait(&bars[slot], (it / p.ns) & 1, p.mode == 2);
-        } else {
-            cp_wait(p.ns - 1);
-            __syncthreads();
-        }
+        if (bulk) mbar_wait(&bars[slot], (it / p.ns) & 1, p.mode == 2);
         const uint8_t *sb = ring + (size_t)slot * p.stage_bytes;
         const uint32_t rows = cur.cnt * (two ? 2 : 1), jn = (rows + G - 1) / G;
         float *rb = red[it & 1];
+        /* every load of the stage first, then the products: no load waits behind arithmetic */
+        uint4 wv[JM][M];
 #pragma unroll
-        for (int j = 0; j < SM_ACC; j++) {
-            if ((uint32_t)j < jn) {
-                const uint32_t row = grp + (uint32_t)j * G;
-                float acc = 0.0f;
-                if (row < rows) {
-                    const uint4 *wr = (const uint4 *)(sb + (size_t)row * p.rowbytes);
+        for (int j = 0; j < JM; j++) {
+            const uint32_t row = grp + (uint32_t)j * G;
+            const bool okr = (uint32_t)j < jn && row < rows;
+            const uint4 *wr = (const uint4 *)(sb + (size_t)(okr ? row : 0) * p.rowbytes);
 #pragma unroll
-                    for (int m = 0; m < M; m++) {
-                        const uint32_t v = v0 + P * m;
-                        if (v < p.nvec) acc += dot16r<DT>(wr[v], xr[m]);
-                    }
-                }
-                for (uint32_t o = W / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-                if (row < rows && t % W == 0) rb[row * nsl + sl] = acc;
+            for (int m = 0; m < M; m++) {
+                const uint32_t v = v0 + P * m;
+                wv[j][m] = okr && v < p.nvec ? wr[v] : make_uint4(0, 0, 0, 0);
             }
         }
-        __syncthreads();
+        float acc[JM];
+#pragma unroll
+        for (int j = 0; j < JM; j++) {
+            acc[j] = 0.0f;
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[j] += dot16r<DT>(wv[j][m], xr[m]);
+        }
+        for (uint32_t o = W / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int j = 0; j < JM; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        if (t % W == 0)
+#pragma unroll
+            for (int j = 0; j < JM; j++) {
+                const uint32_t row = grp + (uint32_t)j * G;
+                if ((uint32_t)j < jn && row < rows) rb[row * nsl + sl] = acc[j];
+            }
+        if (!bulk) cp_wait(p.ns - 2); /* this thread's part of the next stage */
+        __syncthreads(); /* sums visible, next stage visible, this slot free */
         /* every thread is done with this slot: refill it */
         if (!bulk) {
             if (pgu < end) {
@@ -796,13 +815,14 @@ static int stream_plan(const mv_args *a, int n_sm, sm_plan *p, uint32_t *blocks,
     p->total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) p->total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (p->total == 0) return 0;
-    const uint32_t stage_target = (thin_cuda_tma_stage_kb > 0 ? (uint32_t)thin_cuda_tma_stage_kb : 16) << 10;
+    const uint32_t stage_target = (thin_cuda_tma_stage_kb > 0 ? (uint32_t)thin_cuda_tma_stage_kb : 24) << 10;
     const uint32_t ring_cap = (thin_cuda_tma_ring_kb > 0 ? (uint32_t)thin_cuda_tma_ring_kb : 96) << 10;
     const uint32_t unit_bytes = two * p->rowbytes;
     const uint32_t nsl = p->P > 32 ? p->P / 32 : 1;
+    const uint32_t jm = (uint32_t)sm_jm((int)m_inst);
     uint32_t R = stage_target / unit_bytes;
     if (R < 1) R = 1;
-    if (R * two > SM_ACC * p->G) R = SM_ACC * p->G / two;
+    if (R * two > jm * p->G) R = jm * p->G / two;
     if (R * two * nsl > SM_RED) R = SM_RED / (two * nsl);
     if (a->rope && R > a->head_dim / 2) R = a->head_dim / 2;
     if (R < 1) return 0;
