@@ -389,6 +389,34 @@ struct sm_plan {
  * JM * M vectors of 16 bytes). */
 __host__ __device__ constexpr int sm_jm(int M) { return M >= 8 ? 1 : 8 / M; }
 
+/* Warp sums of N (1, 2, 4 or 8) values per lane with 5 + N - 1 - log2 N shuffles instead of 5 N:
+ * each round trades half of the values with the partner lane and keeps the other half, so that
+ * at the end lane l holds the whole sum of value *j (from l's top bits); lanes that differ only in
+ * their low 5 - log2 N bits hold the same. */
+template <int N>
+__device__ __forceinline__ float warp_sum_rows(float (&a)[N], uint32_t lane, uint32_t *j) {
+    constexpr int LOG = N >= 8 ? 3 : N >= 4 ? 2 : N >= 2 ? 1 : 0;
+    uint32_t r = 0;
+#pragma unroll
+    for (int k = 0; k < LOG; k++) {
+        const int h = N >> (k + 1);
+        const uint32_t o = 16u >> k;
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < h; i++) {
+            const float send = up ? a[i] : a[i + h];
+            const float keep = up ? a[i + h] : a[i];
+            a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+        if (up) r += (uint32_t)h;
+    }
+    float v = a[0];
+#pragma unroll
+    for (int k = LOG; k < 5; k++) v += __shfl_xor_sync(0xffffffffu, v, 16u >> k);
+    *j = r;
+    return v;
+}
+
 struct sm_stage {
     int seg;       /* segment */
     uint32_t u;    /* first unit in the segment */
@@ -754,15 +782,22 @@ __global__ void __launch_bounds__(SM_THREADS, 2) matvec_stream_kernel(const mv_a
 #pragma unroll
             for (int m = 0; m < M; m++) acc[j] += dot16r<DT>(wv[j][m], xr[m]);
         }
-        for (uint32_t o = W / 2; o > 0; o >>= 1)
+        if (W == 32) { /* the JM rows' warp sums at once, one row per group of 32 / JM lanes */
+            uint32_t j;
+            const float v = warp_sum_rows<JM>(acc, t & 31, &j);
+            const uint32_t row = grp + j * G;
+            if ((t & (32 / JM - 1)) == 0 && j < jn && row < rows) rb[row * nsl + sl] = v;
+        } else {
+            for (uint32_t o = W / 2; o > 0; o >>= 1)
 #pragma unroll
-            for (int j = 0; j < JM; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-        if (t % W == 0)
+                for (int j = 0; j < JM; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+            if (t % W == 0)
 #pragma unroll
-            for (int j = 0; j < JM; j++) {
-                const uint32_t row = grp + (uint32_t)j * G;
-                if ((uint32_t)j < jn && row < rows) rb[row * nsl + sl] = acc[j];
-            }
+                for (int j = 0; j < JM; j++) {
+                    const uint32_t row = grp + (uint32_t)j * G;
+                    if ((uint32_t)j < jn && row < rows) rb[row * nsl + sl] = acc[j];
+                }
+        }
         if (!bulk) cp_wait(p.ns - 2); /* this thread's part of the next stage */
         __syncthreads(); /* sums visible, next stage visible, this slot free */
         /* every thread is done with this slot: refill it */
@@ -815,7 +850,7 @@ static int stream_plan(const mv_args *a, int n_sm, sm_plan *p, uint32_t *blocks,
     p->total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) p->total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (p->total == 0) return 0;
-    const uint32_t stage_target = (thin_cuda_tma_stage_kb > 0 ? (uint32_t)thin_cuda_tma_stage_kb : 24) << 10;
+    const uint32_t stage_target = (thin_cuda_tma_stage_kb > 0 ? (uint32_t)thin_cuda_tma_stage_kb : 32) << 10;
     const uint32_t ring_cap = (thin_cuda_tma_ring_kb > 0 ? (uint32_t)thin_cuda_tma_ring_kb : 96) << 10;
     const uint32_t unit_bytes = two * p->rowbytes;
     const uint32_t nsl = p->P > 32 ? p->P / 32 : 1;
