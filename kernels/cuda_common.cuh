@@ -128,10 +128,9 @@ __device__ __forceinline__ void pdl_trigger() {
  * THIN_CUDA_CARVEOUT=0..100), so that neighbouring kernels can share an SM without reconfiguring
  * it; -1 (the default): the driver's choice per kernel, which measured faster on the H200. */
 extern int thin_cuda_carveout;
-/* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS,LONG"): registers limited for MINB (1 or 3)
- * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit), single
- * rows in batches twice a pair's (LONG 1) or not (0; -1: the default, 1 unless MINB is 3). */
-extern int thin_cuda_mv_minb, thin_cuda_mv_bps, thin_cuda_mv_long;
+/* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS"): registers limited for MINB (1 or 3)
+ * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
+extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
 /* Streamed matvec (sm_90 bulk copies through a shared-memory ring; env THIN_CUDA_TMA=0 turns it
  * off, THIN_CUDA_TMA="RING_KB,STAGE_KB,BPS,MODE" sets its ring and stage sizes, blocks per SM and
  * how the ring is filled (0 cp.async, 1 bulk copies with try_wait, 2 bulk copies polled) for

@@ -308,30 +308,28 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
 
 /* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
  * more, batches of MV_UNROLL / 2 vectors per lane and row keep the registers down. */
-template <int DT, int MINB, int LONG>
+template <int DT, int MINB>
 __global__ void __launch_bounds__(MV_WARPS * 32, MINB) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
     constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
-    /* LONG: the same bytes in flight per warp for one row as for a pair, so half the round trips
-     * of a long row (the down projection's) */
     if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
-    else matvec_body<DT, 1, LONG ? 2 * HB : HB>(a, total, xs, red);
+    else matvec_body<DT, 1, HB>(a, total, xs, red);
 }
 
-template <int DT, int MINB, int LONG>
+template <int DT, int MINB>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, LONG>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, LONG>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB>,
                                                                   MV_WARPS * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
@@ -342,7 +340,7 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
     uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB, LONG>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+    return launch_k(matvec_kernel<DT, MINB>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
 }
 
 /* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 rows do best with two blocks of long
@@ -351,10 +349,8 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
 template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
-    /* long single rows: twice the batch where the registers allow it (one block in two) */
-    int lng = thin_cuda_mv_long >= 0 ? thin_cuda_mv_long : minb < 3;
-    if (minb >= 3) return lng ? launch_v<DT, 3, 1>(a, n_sm, st) : launch_v<DT, 3, 0>(a, n_sm, st);
-    return lng ? launch_v<DT, 1, 1>(a, n_sm, st) : launch_v<DT, 1, 0>(a, n_sm, st);
+    if (minb >= 3) return launch_v<DT, 3>(a, n_sm, st);
+    return launch_v<DT, 1>(a, n_sm, st);
 }
 
 /* ---- streamed matvec (sm_90): weight rows through shared memory by bulk copies ----
