@@ -19,7 +19,7 @@ BIN=${BIN:-build/bin}
 B=${B:-build}
 WORK=${WORK:-/tmp/thin-bench-gpu}
 MODELS=${MODELS:-s3 s3q}
-VARIANTS=${VARIANTS:--;THIN_CUDA_TMA=0}
+VARIANTS=${VARIANTS:--}
 REPEAT=${REPEAT:-3}
 TRACE=${TRACE:-20}
 mkdir -p "$OUTDIR" "$WORK"

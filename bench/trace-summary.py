@@ -15,7 +15,10 @@ the LM head closes the token. Per step (averaged over layers) it prints:
   span    from the previous kernel's last block ending to this one's last block ending: the
           step's share of the token
   body    from this kernel's first wait returning to its last block ending
-  blocks  blocks recorded (per warp for the register matvec)
+  blocks  blocks recorded (per warp for the matvec)
+
+and, for the decode attention, the mean time of each phase its blocks mark after their wait
+returns: q/K/V in and scores, softmax, weighted V sum, cluster barrier, combine.
 """
 import csv
 import sys
@@ -36,6 +39,9 @@ def main():
             g["t1"].append(int(r["t1"]))
             g["t2"].append(int(r["t2"]))
             g["sm"].add(int(r["sm"]))
+            marks = [int(r.get(f"m{k}", 0) or 0) for k in range(4)]
+            if all(marks):
+                g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
     ks = sorted(grids.values(), key=lambda g: min(g["t0"]))
     if not ks:
         sys.exit("trace-summary: no records")
@@ -74,6 +80,12 @@ def main():
               f"{a['body']/n:7.2f} {a['tail']/n:6.2f} {a['blocks']/n:7.0f} {a['sms']/n:5.0f}  {a['span']:8.1f}")
     print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
     print("tail: last block's end minus the median block's end")
+    ph = [p for g in ks for p in g.get("phases", [])]
+    if ph:
+        names_ph = ["q/K/V in + scores", "softmax", "weighted V sum", "cluster barrier", "combine"]
+        print(f"attention phases, mean over {len(ph)} blocks (us):",
+              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
+                        for i, n in enumerate(names_ph)))
 
 
 if __name__ == "__main__":

@@ -214,12 +214,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (mv) sscanf(mv, "%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps);
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
-    const char *tma = getenv("THIN_CUDA_TMA");
-    thin_cuda_tma = !(tma && strcmp(tma, "0") == 0);
-    thin_cuda_tma_ring_kb = thin_cuda_tma_stage_kb = thin_cuda_tma_bps = thin_cuda_tma_mode = 0;
-    if (tma && thin_cuda_tma)
-        sscanf(tma, "%d,%d,%d,%d", &thin_cuda_tma_ring_kb, &thin_cuda_tma_stage_kb, &thin_cuda_tma_bps,
-               &thin_cuda_tma_mode);
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));
@@ -227,9 +221,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     int has_cluster = 0;
     if (cudaDeviceGetAttribute(&has_cluster, cudaDevAttrClusterLaunch, 0) != cudaSuccess) has_cluster = 0;
     if (!has_cluster) thin_cuda_cluster = 0;
-    int cc_major = 0;
-    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || cc_major < 9)
-        thin_cuda_tma = 0;
     CK(s, cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
     uint32_t n = p->n_ops ? p->n_ops : 1;
     s->op_w = (int *)malloc(n * sizeof(int));
@@ -286,7 +277,9 @@ extern "C" void cuda_session_free(cuda_session *s) {
 
 /* Env THIN_CUDA_TRACE=N: the N-th decode token (from 1) runs through the graph with the kernel
  * timeline armed; its records go to THIN_CUDA_TRACE_FILE (default thin-trace.csv) as
- * "grid,kind,units,sm,block,t0,t1,t2" lines, t in ns from the token's first start. */
+ * "grid,kind,units,sm,block,t0,t1,t2,m0..m3" lines, times in ns from the token's first start
+ * (m: phases within a kernel, 0 when it marks none; the decode attention marks scores, softmax,
+ * weighted V sum and the cluster barrier). */
 static int trace_token(cuda_session *s) {
     trace_rec *recs = NULL;
     unsigned int *n = NULL;
@@ -320,10 +313,13 @@ static int trace_token(cuda_session *s) {
     unsigned long long tmin = ~0ull;
     for (unsigned int i = 0; i < cnt; i++)
         if (h[i].t0 < tmin) tmin = h[i].t0;
-    fprintf(f, "grid,kind,units,sm,block,t0,t1,t2\n");
-    for (unsigned int i = 0; i < cnt; i++)
-        fprintf(f, "%llu,%u,%u,%u,%u,%llu,%llu,%llu\n", h[i].grid, h[i].kind & 0xff, h[i].kind >> 8, h[i].sm,
+    fprintf(f, "grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n");
+    for (unsigned int i = 0; i < cnt; i++) {
+        fprintf(f, "%llu,%u,%u,%u,%u,%llu,%llu,%llu", h[i].grid, h[i].kind & 0xff, h[i].kind >> 8, h[i].sm,
                 h[i].block, h[i].t0 - tmin, h[i].t1 - tmin, h[i].t2 - tmin);
+        for (int k = 0; k < 4; k++) fprintf(f, ",%llu", h[i].mark[k] ? h[i].mark[k] - tmin : 0ull);
+        fputc('\n', f);
+    }
     free(h);
     if (fclose(f) != 0) return cuda_failf(s, "%s: cannot write the trace", fn);
     fprintf(stderr, "thin-run: kernel timeline of one decode token in %s (%u records)\n", fn, cnt);

@@ -131,11 +131,6 @@ extern int thin_cuda_carveout;
 /* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS"): registers limited for MINB (1 or 3)
  * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
 extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
-/* Streamed matvec (sm_90 bulk copies through a shared-memory ring; env THIN_CUDA_TMA=0 turns it
- * off, THIN_CUDA_TMA="RING_KB,STAGE_KB,BPS,MODE" sets its ring and stage sizes, blocks per SM and
- * how the ring is filled (0 cp.async, 1 bulk copies with try_wait, 2 bulk copies polled) for
- * comparisons; 0 keeps a default). */
-extern int thin_cuda_tma, thin_cuda_tma_ring_kb, thin_cuda_tma_stage_kb, thin_cuda_tma_bps, thin_cuda_tma_mode;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -202,20 +197,24 @@ struct trace_rec {
     unsigned int sm, block;
     unsigned int pad;
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
+    unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV_STREAM = 1, TRACE_MV = 2, TRACE_ATTN = 3 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
 
+/* The global timer; cheap enough to read whether or not a trace is armed, so that nothing
+ * waits on d_trace before the kernel's own loads. */
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
 
-/* Records one block's times (call from one thread of the block). */
-__device__ __forceinline__ void trace_block(unsigned int kind, unsigned long long t0, unsigned long long t1) {
+/* Records one block's times (call from one thread of the block) when a trace is armed. */
+__device__ __forceinline__ void trace_block(unsigned int kind, unsigned long long t0, unsigned long long t1,
+                                            const unsigned long long *mark = nullptr, int n_mark = 0) {
     trace_rec *r = d_trace;
     if (!r) return;
     const unsigned long long t2 = gtimer();
@@ -233,6 +232,7 @@ __device__ __forceinline__ void trace_block(unsigned int kind, unsigned long lon
     r[i].t0 = t0;
     r[i].t1 = t1;
     r[i].t2 = t2;
+    for (int k = 0; k < 4; k++) r[i].mark[k] = k < n_mark ? mark[k] : 0;
 }
 
 /* Host: points this file's trace at recs (cap records, count at *n), or off with recs NULL. */

@@ -271,7 +271,7 @@ int main(void) {
     H = 512, NH = 4, NKV = 1, HD = 128;
     run_case("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    /* A wide FFN: the down projection's rows hold several vectors per thread of the matvec. */
+    /* A wide FFN: the down projection's rows take several batches of loads per lane. */
     I = 4400;
     run_case("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
