@@ -413,6 +413,7 @@ namespace cg = cooperative_groups;
 template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
+    trace_rec *const trace = trace_armed();
     const unsigned long long tr0 = gtimer();
     unsigned long long trm[4];
     constexpr int EPV = kv_epv<KDT>::n;
@@ -558,7 +559,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
     cl.sync(); /* no block leaves while others still read its shared memory */
-    if (threadIdx.x == 0) trace_block(TRACE_ATTN, tr0, tr1, trm, 4);
+    if (threadIdx.x == 0) trace_block(trace, TRACE_ATTN, tr0, tr1, trm, 4);
     if (n_cl == 1 || rank != 0) return;
     /* several clusters: the last to finish combines their partials (rank 0 block) */
     if (threadIdx.x == 0) {

@@ -212,10 +212,15 @@ __device__ __forceinline__ unsigned long long gtimer() {
     return t;
 }
 
-/* Records one block's times (call from one thread of the block) when a trace is armed. */
-__device__ __forceinline__ void trace_block(unsigned int kind, unsigned long long t0, unsigned long long t1,
-                                            const unsigned long long *mark = nullptr, int n_mark = 0) {
-    trace_rec *r = d_trace;
+/* The armed trace or NULL: read at a kernel's start, so that the load has long arrived when
+ * trace_block needs it and no block's end waits on it. */
+__device__ __forceinline__ trace_rec *trace_armed() { return *(trace_rec *volatile *)&d_trace; }
+
+/* Records one block's times into trace r (call from one thread of the block; nothing when r is
+ * NULL). */
+__device__ __forceinline__ void trace_block(trace_rec *r, unsigned int kind, unsigned long long t0,
+                                            unsigned long long t1, const unsigned long long *mark = nullptr,
+                                            int n_mark = 0) {
     if (!r) return;
     const unsigned long long t2 = gtimer();
     const unsigned int i = atomicAdd(d_trace_n, 1u);
