@@ -59,6 +59,9 @@ PACK_LIBS := -larchive
 RUN_LIBS  := -lpcre2-8
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -Ilibthin -Ikernels -Itools/common \
              -lineinfo --expt-relaxed-constexpr
+# CUDA_TRACE=1: kernels with the decode timeline probes (env THIN_CUDA_TRACE; use its own B).
+CUDA_TRACE ?= 0
+NVCCFLAGS += -DTHIN_CUDA_TRACE=$(CUDA_TRACE)
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DTHIN_HAVE_CUDA=1
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++

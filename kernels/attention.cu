@@ -413,9 +413,8 @@ namespace cg = cooperative_groups;
 template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
-    trace_rec *const trace = trace_armed();
-    const unsigned long long tr0 = gtimer();
-    unsigned long long trm[4];
+    ktrace kt;
+    kt.start();
     constexpr int EPV = kv_epv<KDT>::n;
     extern __shared__ float sm[];
     __shared__ float ml[2 * GM];
@@ -446,7 +445,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     pdl_wait();
-    const unsigned long long tr1 = gtimer();
+    kt.waited();
     /* the current position's K and V (the previous kernel wrote them), with q: one wait */
 #pragma unroll
     for (int r = 0; r < NW; r++) {
@@ -483,11 +482,11 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
             }
         }
     }
-    trm[0] = gtimer();
+    kt.mark(0);
     __syncthreads();
     ag_softmax(a, len, G, sc, ml); /* an empty span gets (m, sum) = (-inf, 0) */
     __syncthreads();
-    trm[1] = gtimer();
+    kt.mark(1);
     /* weighted sum of V */
     float acc[GM][EPV];
 #pragma unroll
@@ -513,9 +512,9 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     group_sum<GM, EPV>(acc, G, hd, LP, red); /* this block's unnormalised sums */
-    trm[2] = gtimer();
+    kt.mark(2);
     cl.sync(); /* every block's red and ml are ready */
-    trm[3] = gtimer();
+    kt.mark(3);
     /* this block's slice of the G * hd outputs, combined over the cluster's active blocks */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
     const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
@@ -559,7 +558,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
     cl.sync(); /* no block leaves while others still read its shared memory */
-    if (threadIdx.x == 0) trace_block(trace, TRACE_ATTN, tr0, tr1, trm, 4);
+    if (threadIdx.x == 0) kt.end(TRACE_ATTN, 4);
     if (n_cl == 1 || rank != 0) return;
     /* several clusters: the last to finish combines their partials (rank 0 block) */
     if (threadIdx.x == 0) {

@@ -214,6 +214,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (mv) sscanf(mv, "%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps);
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
+    if (s->trace_at && !THIN_CUDA_TRACE) {
+        fprintf(stderr, "thin-run: THIN_CUDA_TRACE needs a build with the kernel timeline (make CUDA_TRACE=1); ignored\n");
+        s->trace_at = 0;
+    }
     s->max_ctx = max_ctx;
     s->max_batch = max_ctx < MAX_BATCH ? max_ctx : MAX_BATCH;
     CK(s, cudaSetDevice(0));
@@ -275,7 +279,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
 
 #define TRACE_CAP (1u << 20)
 
-/* Env THIN_CUDA_TRACE=N: the N-th decode token (from 1) runs through the graph with the kernel
+/* Env THIN_CUDA_TRACE=N (a build with CUDA_TRACE=1): the N-th decode token (from 1) runs through the graph with the kernel
  * timeline armed; its records go to THIN_CUDA_TRACE_FILE (default thin-trace.csv) as
  * "grid,kind,units,sm,block,t0,t1,t2,m0..m3" lines, times in ns from the token's first start
  * (m: phases within a kernel, 0 when it marks none; the decode attention marks scores, softmax,

@@ -185,12 +185,12 @@ static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t s
     return launch_kc(k, g, b, smem, st, dim3(0, 0, 0), args...);
 }
 
-/* ---- decode timeline (env THIN_CUDA_TRACE=N) ----
+/* ---- decode timeline (env THIN_CUDA_TRACE=N, in a build made with CUDA_TRACE=1) ----
  * With a trace armed, each block of the traced kernels (the matvecs and the decode attention)
  * records its launch id, SM, block, and the global timer when it starts, when its wait for the
  * previous kernel returns and when it ends: where a token's time goes between and within kernels.
  * Each .cu file holds its own pointer to the buffer (no relocatable device code) and exports an
- * arm function; a NULL pointer (the default) costs one load and branch per block. */
+ * arm function. */
 struct trace_rec {
     unsigned long long grid;      /* %gridid: one per launch */
     unsigned int kind;            /* TRACE_* below, with the launch's units << 8 */
@@ -249,6 +249,33 @@ static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsig
 }
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
+
+/* A kernel's timeline probe: compiled in with -DTHIN_CUDA_TRACE=1 (make CUDA_TRACE=1), empty
+ * otherwise, so that a normal build's kernels carry no timer reads or trace checks. */
+#ifndef THIN_CUDA_TRACE
+#define THIN_CUDA_TRACE 0
+#endif
+#if THIN_CUDA_TRACE
+struct ktrace {
+    trace_rec *r;
+    unsigned long long t0, t1, m[4];
+    __device__ __forceinline__ void start() {
+        r = trace_armed();
+        t0 = gtimer();
+        t1 = m[0] = m[1] = m[2] = m[3] = 0;
+    }
+    __device__ __forceinline__ void waited() { t1 = gtimer(); }
+    __device__ __forceinline__ void mark(int k) { m[k] = gtimer(); }
+    __device__ __forceinline__ void end(unsigned int kind, int n_mark) { trace_block(r, kind, t0, t1, m, n_mark); }
+};
+#else
+struct ktrace {
+    __device__ __forceinline__ void start() {}
+    __device__ __forceinline__ void waited() {}
+    __device__ __forceinline__ void mark(int) {}
+    __device__ __forceinline__ void end(unsigned int, int) {}
+};
+#endif
 
 /* ---- launchers (one family per .cu file) ---- */
 

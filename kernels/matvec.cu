@@ -276,10 +276,10 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     }
     float nw[MV_XPRE];
     preload_norm(a, w0.cols, nw);
-    trace_rec *const trace = trace_armed();
-    const unsigned long long tr0 = gtimer();
+    ktrace kt;
+    kt.start();
     pdl_wait();
-    const unsigned long long tr1 = gtimer();
+    kt.waited();
     stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
     for (; r < total; r += stride) {
         float acc[NR];
@@ -302,7 +302,7 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
         if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot);
     }
-    if (lane == 0) trace_block(trace, TRACE_MV | total << 8, tr0, tr1); /* one record per warp */
+    if (lane == 0) kt.end(TRACE_MV | total << 8, 0); /* one record per warp */
 }
 
 /* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
