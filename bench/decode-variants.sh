@@ -9,8 +9,10 @@
 # lists of VAR=value words, '-' for the defaults) decodes 128 tokens after a 16-token prompt
 # REPEAT times and keeps the best tokens/s, also as a share of the bandwidth limit
 # (weight bytes / the device-to-device copy bandwidth of tests/cuda/test_copy_bandwidth). With
-# TRACE=N (default 20) each first run also records the timeline of decode token N
-# (THIN_CUDA_TRACE) and bench/trace-summary.py prints where its time went.
+# TRACE=N and binaries built with the timeline probes (make B=build-trace CUDA_TRACE=1, then
+# BIN=build-trace/bin) each first run also records the timeline of decode token N
+# (THIN_CUDA_TRACE) and bench/trace-summary.py prints where its time went; the probes cost a few
+# per cent, so speeds are best compared in a build without them.
 # Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"); VARIANTS; REPEAT (3).
 set -u
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ WORK=${WORK:-/tmp/thin-bench-gpu}
 MODELS=${MODELS:-s3 s3q}
 VARIANTS=${VARIANTS:--}
 REPEAT=${REPEAT:-3}
-TRACE=${TRACE:-20}
+TRACE=${TRACE:-0}
 mkdir -p "$OUTDIR" "$WORK"
 [ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 jget() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null; }
