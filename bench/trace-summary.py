@@ -31,15 +31,24 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: trace-summary.py TRACE.csv")
     grids = OrderedDict()
-    with open(sys.argv[1], newline="") as f:
-        for r in csv.DictReader(f):
-            g = grids.setdefault(r["grid"], {"kind": int(r["kind"]), "units": int(r["units"]),
-                                             "t0": [], "t1": [], "t2": [], "sm": set()})
-            g["t0"].append(int(r["t0"]))
-            g["t1"].append(int(r["t1"]))
-            g["t2"].append(int(r["t2"]))
-            g["sm"].add(int(r["sm"]))
-            marks = [int(r.get(f"m{k}", 0) or 0) for k in range(4)]
+    try:
+        f = open(sys.argv[1], newline="")
+    except OSError as e:
+        sys.exit(f"trace-summary: {sys.argv[1]}: {e.strerror}")
+    with f:
+        rd = csv.DictReader(f)
+        for r in rd:
+            try:
+                g = grids.setdefault(r["grid"], {"kind": int(r["kind"]), "units": int(r["units"]),
+                                                 "t0": [], "t1": [], "t2": [], "sm": set()})
+                g["t0"].append(int(r["t0"]))
+                g["t1"].append(int(r["t1"]))
+                g["t2"].append(int(r["t2"]))
+                g["sm"].add(int(r["sm"]))
+                marks = [int(r.get(f"m{k}", 0) or 0) for k in range(4)]
+            except (KeyError, TypeError, ValueError):
+                sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
+                         "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
             if all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
     ks = sorted(grids.values(), key=lambda g: min(g["t0"]))
@@ -58,6 +67,7 @@ def main():
             a["lead"] += (prev_end - t0) / 1e3
             a["release"] += (t1 - prev_end) / 1e3
             a["span"] += (t2 - prev_end) / 1e3
+            a["n_prev"] += 1
         else:
             a["span"] += (t2 - t0) / 1e3
         a["body"] += (t2 - t1) / 1e3
@@ -76,7 +86,8 @@ def main():
         n = cnt[name]
         a = agg[name]
         tot_span += a["span"]
-        print(f"{name:10} {n:3d} {a['lead']/n:7.2f} {a['release']/n:8.2f} {a['span']/n:7.2f} "
+        np_ = max(a["n_prev"], 1)  # the token's first kernel has no predecessor
+        print(f"{name:10} {n:3d} {a['lead']/np_:7.2f} {a['release']/np_:8.2f} {a['span']/n:7.2f} "
               f"{a['body']/n:7.2f} {a['tail']/n:6.2f} {a['blocks']/n:7.0f} {a['sms']/n:5.0f}  {a['span']:8.1f}")
     print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
     print("tail: last block's end minus the median block's end")

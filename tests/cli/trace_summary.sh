@@ -1,0 +1,37 @@
+#!/bin/sh
+# bench/trace-summary.py on a made-up timeline of two layers and the LM head (one block per
+# kernel, times chosen so that every column has a known value), and its errors.
+set -eu
+R=$(cd "$(dirname "$0")/../.." && pwd)
+PY=${PYTHON:-python3}
+"$PY" - "$T/trace.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n")
+    for k in range(11):                       # q/k/v, attention, o, gate/up, down; x2; lm_head
+        t0 = max(0, 10000 * k - 2000)           # 2 us before the previous kernel's end
+        t1 = 10000 * k + 1000                   # its wait returns 1 us after that end
+        t2 = 10000 * (k + 1)
+        marks = [t1 + 1000 * (i + 1) for i in range(4)] if k % 5 == 1 and k < 10 else [0] * 4
+        kind = 3 if k % 5 == 1 and k < 10 else 2
+        f.write(f"{1000 + k},{kind},64,{k},0,{t0},{t1},{t2}," + ",".join(map(str, marks)) + "\n")
+PY
+"$PY" "$R/bench/trace-summary.py" "$T/trace.csv" > "$T/out"
+grep -q "kernels traced: 11 (2 layers); token (first start to last end): 110.0 us" "$T/out"
+grep -Eq "^q/k/v +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
+grep -Eq "^attention +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
+grep -Eq "^lm_head +1 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
+grep -Eq "^sum +110\.0$" "$T/out"
+grep -q "q/K/V in + scores 1.00, softmax 1.00, weighted V sum 1.00, cluster barrier 1.00, combine 5.00" "$T/out"
+# errors: no records, no file, no argument
+echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
+if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
+grep -q "no records" "$T/err"
+if "$PY" "$R/bench/trace-summary.py" "$T/missing.csv" 2> "$T/err"; then exit 1; fi
+grep -q "missing.csv: No such file" "$T/err"
+printf "a,b\n1,2\n" > "$T/bad.csv"
+if "$PY" "$R/bench/trace-summary.py" "$T/bad.csv" 2> "$T/err"; then exit 1; fi
+grep -q "bad.csv: line 2: not a thin-run timeline" "$T/err"
+if "$PY" "$R/bench/trace-summary.py" 2> "$T/err"; then exit 1; fi
+grep -q "usage" "$T/err"
+exit 0
