@@ -17,7 +17,7 @@ int thin_cuda_pdl = 1;
 int thin_cuda_fuse = 1;
 int thin_cuda_cluster = 1;
 int thin_cuda_carveout = -1;
-int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0;
+int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thin_cuda_mv_small_mb = 0;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -210,8 +210,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_carveout = co && *co ? atoi(co) : -1;
     if (thin_cuda_carveout > 100) thin_cuda_carveout = 100;
     const char *mv = getenv("THIN_CUDA_MV");
-    thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0;
-    if (mv) sscanf(mv, "%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps);
+    thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thin_cuda_mv_small_mb = 0;
+    if (mv)
+        sscanf(mv, "%d,%d,%d,%d", &thin_cuda_mv_minb, &thin_cuda_mv_bps, &thin_cuda_mv_small_bps,
+               &thin_cuda_mv_small_mb);
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {

@@ -128,9 +128,11 @@ __device__ __forceinline__ void pdl_trigger() {
  * THIN_CUDA_CARVEOUT=0..100), so that neighbouring kernels can share an SM without reconfiguring
  * it; -1 (the default): the driver's choice per kernel, which measured faster on the H200. */
 extern int thin_cuda_carveout;
-/* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS"): registers limited for MINB (1 or 3)
- * blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as fit). */
-extern int thin_cuda_mv_minb, thin_cuda_mv_bps;
+/* Matvec launch variant (env THIN_CUDA_MV="MINB,BPS,SMALL_BPS,SMALL_MB"): registers limited for
+ * MINB (1 or 3) blocks per SM (0: the dtype's default), at most BPS blocks per SM (0: as many as
+ * fit), and at most SMALL_BPS for matrices of at most SMALL_MB MiB (default 16; SMALL_BPS 0: no
+ * such limit). */
+extern int thin_cuda_mv_minb, thin_cuda_mv_bps, thin_cuda_mv_small_bps, thin_cuda_mv_small_mb;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
