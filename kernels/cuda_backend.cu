@@ -281,8 +281,9 @@ extern "C" void cuda_session_free(cuda_session *s) {
 
 #define TRACE_CAP (1u << 20)
 
-/* Env THIN_CUDA_TRACE=N (a build with CUDA_TRACE=1): the N-th decode token (from 1) runs through the graph with the kernel
- * timeline armed; its records go to THIN_CUDA_TRACE_FILE (default thin-trace.csv) as
+/* Env THIN_CUDA_TRACE=N (a build with CUDA_TRACE=1): the N-th decode token (from 1) runs
+ * through the graph with the kernel timeline armed; its records go to THIN_CUDA_TRACE_FILE
+ * (default thin-trace.csv; removed again if it cannot be written whole) as
  * "grid,kind,units,sm,block,t0,t1,t2,m0..m3" lines, times in ns from the token's first start
  * (m: phases within a kernel, 0 when it marks none; the decode attention marks scores, softmax,
  * weighted V sum and the cluster barrier). */
@@ -327,7 +328,11 @@ static int trace_token(cuda_session *s) {
         fputc('\n', f);
     }
     free(h);
-    if (fclose(f) != 0) return cuda_failf(s, "%s: cannot write the trace", fn);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        remove(fn);
+        return cuda_failf(s, "%s: cannot write the trace", fn);
+    }
     fprintf(stderr, "thin-run: kernel timeline of one decode token in %s (%u records)\n", fn, cnt);
     return 0;
 }
