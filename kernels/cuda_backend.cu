@@ -217,7 +217,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {
-        fprintf(stderr, "thin-run: THIN_CUDA_TRACE needs a build with the kernel timeline (make CUDA_TRACE=1); ignored\n");
+        fprintf(stderr, "thin-run: THIN_CUDA_TRACE needs a build with the kernel timeline "
+                        "(make CUDA_TRACE=1); ignored\n");
         s->trace_at = 0;
     }
     s->max_ctx = max_ctx;
