@@ -206,8 +206,7 @@ static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
 
-/* The global timer; cheap enough to read whether or not a trace is armed, so that nothing
- * waits on d_trace before the kernel's own loads. */
+/* The global timer (ns). */
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -334,8 +334,8 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
-        const size_t esz = a->seg[0].w.dtype == THIN_DTYPE_F32 ? 4 : a->seg[0].w.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-        const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch * esz;
+        const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch *
+                             thin_dtype_size((thin_dtype)a->seg[0].w.dtype);
         const size_t lim = (size_t)(thin_cuda_mv_small_mb > 0 ? thin_cuda_mv_small_mb : 16) << 20;
         if (bytes <= lim) per_sm = thin_cuda_mv_small_bps;
     }
