@@ -6,7 +6,8 @@
 #
 # Makes (or reuses) the random SmolLM3-3B as bench/bench-gpu.sh does (BF16, and FP8 with
 # --profile quality), then for each model in MODELS and each variant in VARIANTS (';'-separated
-# lists of VAR=value words, '-' for the defaults) decodes 128 tokens after a 16-token prompt
+# lists of VAR=value words, '-' for the defaults; a word RUN=path runs that thin-run binary instead
+# of BIN's, to compare builds) decodes 128 tokens after a 16-token prompt
 # REPEAT times and keeps the best tokens/s, also as a share of the bandwidth limit
 # (weight bytes / the device-to-device copy bandwidth of tests/cuda/test_copy_bandwidth). With
 # TRACE=N and binaries built with the timeline probes (make B=build-trace CUDA_TRACE=1, then
@@ -44,13 +45,16 @@ for m in $MODELS; do
     echo "$VARIANTS" | tr ';' '\n' | while read -r v; do
         [ -n "$v" ] || continue
         vi=$((vi + 1))
-        envw=; [ "$v" = - ] || envw=$v
+        envw=; run=$BIN/thin-run
+        for wd in $v; do
+            case $wd in -) ;; RUN=*) run=${wd#RUN=} ;; *) envw="$envw $wd" ;; esac
+        done
         best=0
         r=0
         while [ $r -lt "$REPEAT" ]; do
             tr=; [ $r = 0 ] && [ "$TRACE" -gt 0 ] && \
                 tr="THIN_CUDA_TRACE=$TRACE THIN_CUDA_TRACE_FILE=$OUTDIR/trace-$m-$vi.csv"
-            env $envw $tr "$BIN/thin-run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
+            env $envw $tr "$run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
                 --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
             d=$(jget "$OUTDIR/$m-$vi.json" decode_tok_s)
             [ -n "$d" ] && best=$(python3 -c "import sys;print(max(float(sys.argv[1]),float(sys.argv[2])))" "$best" "$d")

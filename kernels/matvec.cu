@@ -305,30 +305,91 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     if (lane == 0) kt.end(TRACE_MV | total << 8, 0); /* one record per warp */
 }
 
+/* Single rows of several batches each (the down projection: long rows, one or two per warp):
+ * two batches in flight per warp. The warp's batches, over its units r, r + all warps, ..., form
+ * one sequence k = 0, 1, ...; batches k and k + 1 are requested before k is used, and k + 2
+ * right after it is used, into the registers it leaves (the first two before the dependency
+ * wait). matvec_body instead requests a row's next batch only once the current one is used. */
+template <int DT, int HB>
+__device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *red) {
+    const dmat &w0 = a.seg[0].w;
+    const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
+    const int lane = threadIdx.x & 31;
+    const uint32_t stride = gridDim.x * MV_WARPS;
+    const uint32_t r0 = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const uint32_t nb = (nvec + 32 * HB - 1) / (32 * HB); /* batches per row */
+    const uint32_t nk = (r0 < total ? (total - r0 + stride - 1) / stride : 0) * nb;
+    uint4 wa[1][HB], wb[1][HB];
+    auto issue = [&](uint32_t k, uint4 (&w)[1][HB]) {
+        if (k >= nk) return;
+        const uint32_t j = k / nb, b = k - j * nb;
+        const uint4 *rows[1];
+        int sg;
+        uint32_t rr;
+        rows_of<1>(a, r0 + j * stride, rows, &sg, &rr);
+        load_batch<1, HB>(w, rows, lane + b * 32 * HB, nvec);
+    };
+    float acc = 0.0f;
+    auto consume = [&](uint32_t k, const uint4 (&w)[1][HB]) {
+        const uint32_t j = k / nb, b = k - j * nb;
+        use_batch<DT, 1, HB>(w, lane + b * 32 * HB, nvec, xs, &acc);
+        if (b == nb - 1) {
+            const uint4 *rows[1];
+            int sg;
+            uint32_t rr;
+            rows_of<1>(a, r0 + j * stride, rows, &sg, &rr);
+            acc = warp_sum(acc);
+            if (lane == 0) store_row<DT, 1>(a, sg, rr, &acc, make_float2(1.0f, 0.0f));
+            acc = 0.0f;
+        }
+    };
+    issue(0, wa);
+    issue(1, wb);
+    float nw[MV_XPRE];
+    preload_norm(a, w0.cols, nw);
+    ktrace kt;
+    kt.start();
+    pdl_wait();
+    kt.waited();
+    stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
+    for (uint32_t k = 0; k < nk; k += 2) {
+        consume(k, wa);
+        issue(k + 2, wa);
+        if (k + 1 < nk) {
+            consume(k + 1, wb);
+            issue(k + 3, wb);
+        }
+    }
+    if (lane == 0) kt.end(TRACE_MV | total << 8, 0);
+}
+
 /* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
- * more, batches of MV_UNROLL / 2 vectors per lane and row keep the registers down. */
-template <int DT, int MINB>
-__global__ void __launch_bounds__(MV_WARPS * 32, MINB) matvec_kernel(const mv_args a, uint32_t total) {
+ * more, batches of MV_UNROLL / 2 vectors per lane and row keep the registers down. PIPE: single
+ * rows through matvec_pipe (two blocks per SM, full batches; the launcher picks it for rows of
+ * several batches). */
+template <int DT, int MINB, int PIPE>
+__global__ void __launch_bounds__(MV_WARPS * 32, PIPE ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
     constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
-    if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
+    if constexpr (PIPE) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
+    else if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
     else matvec_body<DT, 1, HB>(a, total, xs, red);
 }
 
-template <int DT, int MINB>
+template <int DT, int MINB, int PIPE>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, PIPE>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, PIPE>,
                                                                   MV_WARPS * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
@@ -346,7 +407,7 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
     uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+    return launch_k(matvec_kernel<DT, MINB, PIPE>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
 }
 
 /* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 rows do best with two blocks of long
@@ -354,9 +415,11 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
  * batches (measured on the H200; env THIN_CUDA_MV overrides). */
 template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
+    if (thin_cuda_mv_pipe && !a->pair && !a->rope && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
+        return launch_v<DT, 1, 1>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
-    if (minb >= 3) return launch_v<DT, 3>(a, n_sm, st);
-    return launch_v<DT, 1>(a, n_sm, st);
+    if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
+    return launch_v<DT, 1, 0>(a, n_sm, st);
 }
 
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
