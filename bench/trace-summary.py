@@ -18,7 +18,8 @@ the LM head closes the token. Per step (averaged over layers) it prints:
   blocks  blocks recorded (per warp for the matvec)
 
 and, for the decode attention, the mean time of each phase its blocks mark after their wait
-returns: q/K/V in and scores, softmax, weighted V sum, cluster barrier, combine.
+returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
+second cluster barrier, to the end (blocks that combine over the cluster only).
 """
 import csv
 import sys
@@ -93,7 +94,7 @@ def main():
     print("tail: last block's end minus the median block's end")
     ph = [p for g in ks for p in g.get("phases", [])]
     if ph:
-        names_ph = ["q/K/V in + scores", "softmax", "weighted V sum", "cluster barrier", "combine"]
+        names_ph = ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"]
         print(f"attention phases, mean over {len(ph)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))

@@ -394,127 +394,156 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
 /* ---- decode kernel: one row, a cluster of AD_CLUSTER blocks per group of positions ----
  *
  * Grid (KV head, split); clusters of AD_CLUSTER consecutive splits. Each block takes `chunk`
- * positions (at least AD_CHUNK, growing with the context so that the splits cover it); clusters
- * past the context exit at once, the others always run whole. A block loads the K and V rows of
- * its first AD_CHUNK positions into registers before waiting for the previous kernel (every
- * position before *pos was written by earlier steps; the newest row is loaded after the wait),
- * computes scores, softmax and the weighted V sum for the group's query heads, and the cluster
- * combines its blocks' partial results through distributed shared memory, each block finishing a
- * slice of the output. With more than one active cluster (long contexts), each writes its combined
- * partial to global memory and the last one to finish (atomic counter) combines those. */
+ * positions (a multiple of 32, at least 32, growing with the context so that the splits cover it);
+ * clusters past the context exit at once, the others always run whole. Before waiting for the
+ * previous kernel a block copies the K and V rows of its positions before *pos (written by earlier
+ * steps) into shared memory (cp.async); after the wait it adds the newest row and q. Then each
+ * warp takes one query head of the group at a time: lane j scores position w0 + j of each window
+ * of 32 positions, the softmax runs online in registers (warp max and sum), and the lanes, each
+ * holding dims lane, lane + 32, ..., add up the weighted V rows: no block barrier after the
+ * copies. A single active block writes the output; else the cluster combines its blocks' partial
+ * results through distributed shared memory, each block finishing a slice of the output. With
+ * more than one active cluster (long contexts), each writes its combined partial to global memory
+ * and the last one to finish (atomic counter) combines those. */
 
-#define AD_THREADS AG_THREADS /* shares ag_softmax and group_sum */
+#define AD_THREADS AG_THREADS
 #define AD_WARPS AG_WARPS
 #define AD_CLUSTER 8
-#define AD_CHUNK 32u
+#define AD_WIN 32u       /* positions per window (one per lane) */
+#define AD_GMAX 8u       /* query heads per KV head */
+#define AD_DMAX 256u     /* head_dim */
 
 namespace cg = cooperative_groups;
 
-template <int KDT, int GM>
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* Bytes of one staged K or V row: head_dim elements and 16 bytes of padding, so that the 16-byte
+ * reads of 8 lanes at the same column of 8 consecutive rows fall in distinct banks. */
+__host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
+    return head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u) + 16u;
+}
+
+template <int KDT>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
     kt.start();
     constexpr int EPV = kv_epv<KDT>::n;
-    extern __shared__ float sm[];
-    __shared__ float ml[2 * GM];
+    constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
+    extern __shared__ __align__(16) uint8_t smb[];
+    __shared__ float ml[2 * AD_GMAX];
     __shared__ int last;
     cg::cluster_group cl = cg::this_cluster();
     const uint32_t kh = blockIdx.x, split = blockIdx.y, hd = a.head_dim, G = a.n_heads / a.n_kv;
-    const uint32_t LP = hd / EPV, PPW = 32 / LP, PPR = AD_WARPS * PPW; /* positions per round */
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = lane % LP;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
-    const uint32_t WIN = PPR > AD_CHUNK ? PPR : AD_CHUNK; /* positions per register window */
     uint32_t chunk = (npos + gridDim.y - 1) / gridDim.y;
-    chunk = chunk < WIN ? WIN : (chunk + PPR - 1) / PPR * PPR;
+    chunk = (chunk + AD_WIN - 1) / AD_WIN * AD_WIN;
     const uint32_t n_act = (npos + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
     const uint32_t cidx = split / AD_CLUSTER, rank = split % AD_CLUSTER;
     if (cidx >= n_cl) return; /* the whole cluster is past the context */
     const uint32_t start = split * chunk, end = min(npos, start + chunk);
     const uint32_t len = start < end ? end - start : 0;
-    const size_t kv_dim = (size_t)a.n_kv * hd, kvo = (size_t)kh * hd + j * EPV;
-    constexpr int NW = AD_CHUNK / AD_WARPS; /* most rounds in a window (one position per warp) */
-    const uint32_t nr0 = WIN / PPR;         /* rounds in a window */
-    uint4 kr[NW], vr[NW];
-#pragma unroll
-    for (int r = 0; r < NW; r++) {
-        const uint32_t p = start + r * PPR + warp * PPW + lane / LP;
-        if ((uint32_t)r < nr0 && p < end && p < pos0) {
-            kr[r] = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
-            vr[r] = kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
-        }
+    const uint32_t rb = ad_row_bytes(hd, KDT), vpr = hd * ESZ / 16; /* 16-byte pieces per row */
+    uint8_t *ks = smb, *vs = smb + (size_t)a.chunk_max * rb;
+    float *qs = (float *)(vs + (size_t)a.chunk_max * rb); /* G × hd */
+    float *red = qs + (size_t)G * hd;                       /* G × hd: this block's sums */
+    const size_t pstride = (size_t)a.n_kv * hd * ESZ;       /* cache bytes per position */
+    const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
+    const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
+    const uint32_t pre = min(end, pos0) > start ? min(end, pos0) - start : 0; /* rows before *pos */
+    for (uint32_t i = threadIdx.x; i < pre * vpr; i += blockDim.x) {
+        const uint32_t p = i / vpr, c = i - p * vpr;
+        cp_async16(ks + p * rb + c * 16, kc + (size_t)(start + p) * pstride + c * 16);
+        cp_async16(vs + p * rb + c * 16, vc + (size_t)(start + p) * pstride + c * 16);
     }
+    asm volatile("cp.async.commit_group;" ::: "memory");
     pdl_wait();
     kt.waited();
-    /* the current position's K and V (the previous kernel wrote them), with q: one wait */
-#pragma unroll
-    for (int r = 0; r < NW; r++) {
-        const uint32_t p = start + r * PPR + warp * PPW + lane / LP;
-        if ((uint32_t)r < nr0 && p < end && p == pos0) {
-            kr[r] = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
-            vr[r] = kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
+    /* the current position's K and V and the group's q (the previous kernel wrote them) */
+    if (pos0 >= start && pos0 < end) {
+        const uint32_t p = pos0 - start;
+        for (uint32_t c = threadIdx.x; c < vpr; c += blockDim.x) {
+            *(uint4 *)(ks + p * rb + c * 16) = __ldcg((const uint4 *)(kc + (size_t)pos0 * pstride) + c);
+            *(uint4 *)(vs + p * rb + c * 16) = __ldcg((const uint4 *)(vc + (size_t)pos0 * pstride) + c);
         }
     }
-    float *sc = sm, *red = sc + (size_t)G * a.chunk_max;
-    float qv[GM][EPV];
-    load_q<GM, EPV>(a.q + (size_t)kh * G * hd + j * EPV, G, hd, qv);
-    const float scale = rsqrtf((float)hd);
-    /* scores of [start, end) into sc[g * chunk_max + p - start] */
-    for (uint32_t w0 = 0; w0 < len; w0 += WIN) {
-#pragma unroll
-        for (int r = 0; r < NW; r++) {
-            if ((uint32_t)r >= nr0) break;
-            const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
-            const bool ok = p < end;
-            uint4 u = make_uint4(0, 0, 0, 0);
-            if (ok && w0 == 0) u = kr[r]; /* window 0: every position in registers */
-            else if (ok) u = kv_raw<KDT>(a.kcache, (size_t)p * kv_dim + kvo);
-            float kf[EPV];
-            kv_unpack<KDT>(u, kf);
-#pragma unroll
-            for (int g = 0; g < GM; g++) {
-                if ((uint32_t)g >= G) break;
-                float s = 0.0f;
-#pragma unroll
-                for (int e = 0; e < EPV; e++) s = fmaf(qv[g][e], kf[e], s);
-                for (uint32_t o = LP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (j == 0 && ok) sc[g * a.chunk_max + p - start] = s * scale;
-            }
-        }
-    }
+    const float4 *q4 = (const float4 *)(a.q + (size_t)kh * G * hd);
+    for (uint32_t i = threadIdx.x; i < G * hd / 4; i += blockDim.x) ((float4 *)qs)[i] = __ldcg(q4 + i);
+    cp_async_wait_all();
+    __syncthreads();
     kt.mark(0);
-    __syncthreads();
-    ag_softmax(a, len, G, sc, ml); /* an empty span gets (m, sum) = (-inf, 0) */
-    __syncthreads();
-    kt.mark(1);
-    /* weighted sum of V */
-    float acc[GM][EPV];
+    const float scale = rsqrtf((float)hd);
+    const uint32_t dpl = hd / 32; /* dims per lane */
+    for (uint32_t g = warp; g < G; g += AD_WARPS) {
+        const float *qg = qs + (size_t)g * hd;
+        float m = -INFINITY, l = 0.0f, acc[AD_DMAX / 32];
 #pragma unroll
-    for (int g = 0; g < GM; g++)
+        for (uint32_t i = 0; i < AD_DMAX / 32; i++) acc[i] = 0.0f;
+        for (uint32_t w0 = 0; w0 < len; w0 += AD_WIN) {
+            const uint32_t p = w0 + lane;
+            float s = -INFINITY;
+            if (p < len) {
+                const uint8_t *kr = ks + p * rb;
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+                for (uint32_t c = 0; c < vpr; c++) {
+                    float f[EPV];
+                    kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
+                    const float *qq = qg + c * EPV;
 #pragma unroll
-        for (int e = 0; e < EPV; e++) acc[g][e] = 0.0f;
-    for (uint32_t w0 = 0; w0 < len; w0 += WIN) {
+                    for (int e = 0; e < EPV; e++) d[e & 3] = fmaf(qq[e], f[e], d[e & 3]);
+                }
+                s = (d[0] + d[1] + d[2] + d[3]) * scale;
+            }
+            const float mn = fmaxf(m, warp_max(s)); /* finite: the window holds a position */
+            const float e = p < len ? expf(s - mn) : 0.0f;
+            const float corr = expf(m - mn);       /* 0 for the first window */
+            l = l * corr + warp_sum(e);
 #pragma unroll
-        for (int r = 0; r < NW; r++) {
-            if ((uint32_t)r >= nr0) break;
-            const uint32_t p = start + w0 + r * PPR + warp * PPW + lane / LP;
-            if (p >= end) continue;
-            const uint4 u = w0 == 0 ? vr[r] : kv_raw<KDT>(a.vcache, (size_t)p * kv_dim + kvo);
-            float vf[EPV];
-            kv_unpack<KDT>(u, vf);
+            for (uint32_t i = 0; i < AD_DMAX / 32; i++) acc[i] *= corr;
+            const uint32_t nw = min(AD_WIN, len - w0);
+            for (uint32_t j = 0; j < nw; j++) {
+                const float wj = __shfl_sync(0xffffffffu, e, j);
+                const uint8_t *vr = vs + (w0 + j) * rb;
 #pragma unroll
-            for (int g = 0; g < GM; g++) {
-                if ((uint32_t)g >= G) break;
-                const float wgt = sc[g * a.chunk_max + p - start];
+                for (uint32_t i = 0; i < AD_DMAX / 32; i++) {
+                    if (i >= dpl) break;
+                    const uint32_t dd = lane + 32 * i;
+                    const float v = KDT == THIN_DTYPE_BF16 ? bf16_bits_to_f32(((const uint16_t *)vr)[dd])
+                                                           : ((const float *)vr)[dd];
+                    acc[i] = fmaf(wj, v, acc[i]);
+                }
+            }
+            m = mn;
+        }
+        if (n_act == 1) { /* the only block with positions: the output */
+            if (!len) continue;
+            float *out = a.out + ((size_t)kh * G + g) * hd;
 #pragma unroll
-                for (int e = 0; e < EPV; e++) acc[g][e] = fmaf(wgt, vf[e], acc[g][e]);
+            for (uint32_t i = 0; i < AD_DMAX / 32; i++)
+                if (i < dpl) out[lane + 32 * i] = acc[i] / l;
+        } else {
+#pragma unroll
+            for (uint32_t i = 0; i < AD_DMAX / 32; i++)
+                if (i < dpl) red[(size_t)g * hd + lane + 32 * i] = acc[i];
+            if (lane == 0) {
+                ml[2 * g] = m;
+                ml[2 * g + 1] = l; /* an empty span: (-inf, 0) */
             }
         }
     }
-    group_sum<GM, EPV>(acc, G, hd, LP, red); /* this block's unnormalised sums */
-    kt.mark(2);
+    kt.mark(1);
+    if (n_act == 1) { /* the same for every block of the cluster: no cluster barrier */
+        if (threadIdx.x == 0 && len) kt.end(TRACE_ATTN, 2);
+        return;
+    }
     cl.sync(); /* every block's red and ml are ready */
-    kt.mark(3);
+    kt.mark(2);
     /* this block's slice of the G * hd outputs, combined over the cluster's active blocks */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
     const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
@@ -523,15 +552,15 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     for (uint32_t i = rank * per + threadIdx.x; i < min(G * hd, (rank + 1) * per); i += blockDim.x) {
         const uint32_t g = i / hd;
         /* every block's (m, sum) and sums at once: one round trip of distributed shared memory */
-        float mb[AD_CLUSTER], lb[AD_CLUSTER], rb[AD_CLUSTER];
+        float mb[AD_CLUSTER], lb[AD_CLUSTER], rbv[AD_CLUSTER];
 #pragma unroll
         for (uint32_t b = 0; b < AD_CLUSTER; b++) {
-            mb[b] = -INFINITY, lb[b] = 0.0f, rb[b] = 0.0f;
+            mb[b] = -INFINITY, lb[b] = 0.0f, rbv[b] = 0.0f;
             if (b < in_cl) {
                 const float *mlb = cl.map_shared_rank(ml, b);
                 mb[b] = mlb[2 * g];
                 lb[b] = mlb[2 * g + 1];
-                rb[b] = cl.map_shared_rank(red, b)[i];
+                rbv[b] = cl.map_shared_rank(red, b)[i];
             }
         }
         float M = -INFINITY;
@@ -543,7 +572,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
             if (lb[b] == 0.0f) continue; /* an empty span (or no block) */
             const float f = expf(mb[b] - M);
             L += lb[b] * f;
-            o += rb[b] * f;
+            o += rbv[b] * f;
         }
         if (n_cl == 1) {
             a.out[(size_t)kh * G * hd + i] = o / L;
@@ -558,7 +587,8 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
     cl.sync(); /* no block leaves while others still read its shared memory */
-    if (threadIdx.x == 0) kt.end(TRACE_ATTN, 4);
+    kt.mark(3);
+    if (threadIdx.x == 0 && len) kt.end(TRACE_ATTN, 4);
     if (n_cl == 1 || rank != 0) return;
     /* several clusters: the last to finish combines their partials (rank 0 block) */
     if (threadIdx.x == 0) {
@@ -629,52 +659,43 @@ static cudaError_t launch_group_dt(const attn_args *a, int gm, uint32_t n, cudaS
     }
 }
 
-/* Positions per round of the decode kernel (AD_WARPS warps, head_dim / EPV lanes a position). */
-static uint32_t decode_ppr(uint32_t head_dim, int kv_dtype) {
-    const uint32_t lp = head_dim / (kv_dtype == THIN_DTYPE_BF16 ? 8 : 4);
-    return AD_WARPS * (32 / lp);
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits) {
+    const uint32_t c = (max_ctx + n_splits - 1) / n_splits;
+    return c < AD_WIN ? AD_WIN : (c + AD_WIN - 1) / AD_WIN * AD_WIN;
 }
 
-uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t head_dim, int kv_dtype) {
-    const uint32_t ppr = decode_ppr(head_dim, kv_dtype), win = ppr > AD_CHUNK ? ppr : AD_CHUNK;
-    uint32_t c = (max_ctx + n_splits - 1) / n_splits;
-    return c < win ? win : (c + ppr - 1) / ppr * ppr;
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
+    return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) + 2 * (size_t)group * head_dim * sizeof(float);
 }
 
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max) {
-    return ((size_t)group * chunk_max + (size_t)AD_WARPS * group * head_dim) * sizeof(float);
-}
-
-template <int KDT, int GM>
-static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
-    const uint32_t g = a->n_heads / a->n_kv;
-    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem,
-                     st, dim3(1, AD_CLUSTER, 1), *a);
+/* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
+ * 32 up to AD_DMAX, at most AD_GMAX query heads per KV head, float4 q loads. */
+static int decode_fits(const attn_args *a) {
+    if (a->kv_dtype != THIN_DTYPE_BF16 && a->kv_dtype != THIN_DTYPE_F32) return 0;
+    if (!a->n_kv || a->n_heads % a->n_kv || a->n_heads / a->n_kv > AD_GMAX) return 0;
+    if (a->head_dim % 32 || a->head_dim > AD_DMAX || a->ldq % 4) return 0;
+    return a->n_splits % AD_CLUSTER == 0 && a->chunk_max >= AD_WIN && a->chunk_max % AD_WIN == 0;
 }
 
 template <int KDT>
-static cudaError_t launch_decode_dt(const attn_args *a, int gm, cudaStream_t st) {
-    switch (gm) {
-    case 1: return launch_decode<KDT, 1>(a, st);
-    case 2: return launch_decode<KDT, 2>(a, st);
-    case 4: return launch_decode<KDT, 4>(a, st);
-    default: return launch_decode<KDT, 8>(a, st);
+static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
+    const uint32_t g = a->n_heads / a->n_kv;
+    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max, KDT);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
     }
+    return launch_kc(attn_decode_kernel<KDT>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
+                     dim3(1, AD_CLUSTER, 1), *a);
 }
 
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
-    const int gm = group_max(a);
-    if (gm && n == 1 && a->cluster && a->n_splits % AD_CLUSTER == 0 &&
-        a->chunk_max >= attn_decode_chunk_max(1, a->n_splits, a->head_dim, a->kv_dtype)) {
-        if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode_dt<THIN_DTYPE_BF16>(a, gm, st);
-        return launch_decode_dt<THIN_DTYPE_F32>(a, gm, st);
+    if (n == 1 && a->cluster && decode_fits(a)) {
+        if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode<THIN_DTYPE_BF16>(a, st);
+        return launch_decode<THIN_DTYPE_F32>(a, st);
     }
+    const int gm = group_max(a);
     if (!gm) return launch_generic(a, n, st);
     if (a->kv_dtype == THIN_DTYPE_BF16) return launch_group_dt<THIN_DTYPE_BF16>(a, gm, n, st);
     return launch_group_dt<THIN_DTYPE_F32>(a, gm, n, st);

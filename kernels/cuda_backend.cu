@@ -128,15 +128,9 @@ static int alloc_state(cuda_session *s) {
         const char *ds = getenv("THIN_CUDA_DEC_SPLITS"); /* for measurements */
         if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
         if (ns < 8) ns = 8;
-        for (;;) {
-            s->dec_chunk = 0;
-            for (uint32_t i = 0; i < p->n_ops; i++) {
-                const plan_op *o = &p->ops[i];
-                if (o->kind != PLAN_ATTENTION) continue;
-                uint32_t c = attn_decode_chunk_max(s->max_ctx, ns, o->head_dim, p->kv_dtype);
-                s->dec_chunk = c > s->dec_chunk ? c : s->dec_chunk;
-            }
-            if (attn_decode_smem(maxhd, maxg, s->dec_chunk) <= 160 * 1024 || ns >= 1024) break;
+        for (;;) { /* the K and V rows of a split are staged in shared memory */
+            s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns);
+            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= 160 * 1024 || ns >= 1024) break;
             ns *= 2;
         }
         s->dec_splits = ns;

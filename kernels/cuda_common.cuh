@@ -366,8 +366,8 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 #define ATTN_MIN_CHUNK 16u
 /* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits
  * splits, and its shared memory in bytes. */
-uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t head_dim, int kv_dtype);
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max);
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits);
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype);
 /* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
  * them and env THIN_CUDA_CLUSTER is not 0. */
 extern int thin_cuda_cluster;

@@ -22,7 +22,7 @@ grep -Eq "^q/k/v +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^attention +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^lm_head +1 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^sum +110\.0$" "$T/out"
-grep -q "q/K/V in + scores 1.00, softmax 1.00, weighted V sum 1.00, cluster barrier 1.00, combine 5.00" "$T/out"
+grep -q "K/V and q in 1.00, scores + softmax + V sum 1.00, cluster barrier 1.00, combine 1.00, to the end 5.00" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
