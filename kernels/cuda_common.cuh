@@ -133,9 +133,10 @@ extern int thin_cuda_carveout;
  * fit), and at most SMALL_BPS for matrices of at most SMALL_MB MiB (default 16; SMALL_BPS 0: no
  * such limit). */
 extern int thin_cuda_mv_minb, thin_cuda_mv_bps, thin_cuda_mv_small_bps, thin_cuda_mv_small_mb;
-/* Env THIN_CUDA_MV_PIPE=1: single rows of several load batches (the down projection) keep two
- * batches in flight per warp (matvec_pipe) instead of one, as the other matvecs. */
-extern int thin_cuda_mv_pipe;
+/* Env THIN_CUDA_MV_PIPE="1[,BPS]": single rows of several load batches (the down projection)
+ * keep two batches in flight per warp (matvec_pipe) instead of one, as the other matvecs, in at
+ * most BPS blocks per SM (0: as many as fit). */
+extern int thin_cuda_mv_pipe, thin_cuda_mv_pipe_bps;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];

@@ -393,6 +393,7 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
                                                                   MV_WARPS * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
+    if (PIPE && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm) per_sm = thin_cuda_mv_pipe_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
         const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch *
