@@ -394,7 +394,8 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
 /* ---- decode kernel: one row, a cluster of AD_CLUSTER blocks per group of positions ----
  *
  * Grid (KV head, split); clusters of AD_CLUSTER consecutive splits. Each block takes `chunk`
- * positions (a multiple of 32, at least 32, growing with the context so that the splits cover it);
+ * positions (a multiple of 32, at least min_chunk, growing with the context so that the splits
+ * cover it);
  * clusters past the context exit at once, the others always run whole. Before waiting for the
  * previous kernel a block copies the K and V rows of its positions before *pos (written by earlier
  * steps) into shared memory (cp.async); after the wait it adds the newest row and q. Then each
@@ -442,7 +443,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
     uint32_t chunk = (npos + gridDim.y - 1) / gridDim.y;
-    chunk = (chunk + AD_WIN - 1) / AD_WIN * AD_WIN;
+    chunk = max(a.min_chunk, (chunk + AD_WIN - 1) / AD_WIN * AD_WIN);
     const uint32_t n_act = (npos + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
     const uint32_t cidx = split / AD_CLUSTER, rank = split % AD_CLUSTER;
     if (cidx >= n_cl) return; /* the whole cluster is past the context */
@@ -659,9 +660,9 @@ static cudaError_t launch_group_dt(const attn_args *a, int gm, uint32_t n, cudaS
     }
 }
 
-uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits) {
-    const uint32_t c = (max_ctx + n_splits - 1) / n_splits;
-    return c < AD_WIN ? AD_WIN : (c + AD_WIN - 1) / AD_WIN * AD_WIN;
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min_chunk) {
+    const uint32_t c = (max_ctx + n_splits - 1) / n_splits, m = min_chunk < AD_WIN ? AD_WIN : min_chunk;
+    return c < m ? m : (c + AD_WIN - 1) / AD_WIN * AD_WIN;
 }
 
 size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
@@ -674,7 +675,8 @@ static int decode_fits(const attn_args *a) {
     if (a->kv_dtype != THIN_DTYPE_BF16 && a->kv_dtype != THIN_DTYPE_F32) return 0;
     if (!a->n_kv || a->n_heads % a->n_kv || a->n_heads / a->n_kv > AD_GMAX) return 0;
     if (a->head_dim % 32 || a->head_dim > AD_DMAX || a->ldq % 4) return 0;
-    return a->n_splits % AD_CLUSTER == 0 && a->chunk_max >= AD_WIN && a->chunk_max % AD_WIN == 0;
+    return a->n_splits % AD_CLUSTER == 0 && a->chunk_max % AD_WIN == 0 && a->min_chunk >= AD_WIN &&
+           a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk;
 }
 
 template <int KDT>

@@ -126,10 +126,12 @@ static int alloc_state(cuda_session *s) {
          * heads for long contexts (short ones use the first cluster only). */
         uint32_t ns = (2u * (uint32_t)s->n_sm + min_kv * 8 - 1) / (min_kv * 8) * 8;
         const char *ds = getenv("THIN_CUDA_DEC_SPLITS"); /* for measurements */
+        const char *mc = getenv("THIN_CUDA_ATTN_CHUNK");     /* fewest positions per split */
+        s->dec_min_chunk = mc && atoi(mc) > 0 ? ((uint32_t)atoi(mc) + 31) / 32 * 32 : 32;
         if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
         if (ns < 8) ns = 8;
         for (;;) { /* the K and V rows of a split are staged in shared memory */
-            s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns);
+            s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns, s->dec_min_chunk);
             if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= 160 * 1024 || ns >= 1024) break;
             ns *= 2;
         }

@@ -361,13 +361,14 @@ struct attn_args {
     const int32_t *pos;
     int cluster;         /* one row: the cluster kernel may run (n_splits a multiple of 8 and
                             chunk_max from attn_decode_chunk_max) */
+    uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u
 /* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits
  * splits, and its shared memory in bytes. */
-uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits);
+uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min_chunk);
 size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype);
 /* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
  * them and env THIN_CUDA_CLUSTER is not 0. */

@@ -134,6 +134,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.head_dim = a->head_dim;
     t.n_splits = n == 1 ? s->dec_splits : s->n_splits;
     t.chunk_max = n == 1 ? s->dec_chunk : s->chunk_max;
+    t.min_chunk = s->dec_min_chunk;
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;

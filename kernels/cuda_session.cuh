@@ -84,6 +84,7 @@ struct cuda_session {
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
+    uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
     float *d_stats;         /* 2 */
     float2 *d_cand;         /* vocab */
     unsigned int *d_count;  /* 1 */
