@@ -1,130 +1,316 @@
 /*
  * gemm.cu — batched linear for the prompt (prefill): out[i][r] = sum_c W[r][c] x[i][c], i < n.
  *
- * Tensor cores through WMMA (BF16 × BF16 → F32): a block computes a 64-token × 64-row tile; the
- * F32 activations are rounded to BF16 and BF16/FP8 weights are widened to BF16 (exact for FP8;
- * the per-row FP8 scale is applied in the epilogue) as each 32-column slice is staged in shared
- * memory. The epilogue optionally adds the result into a residual buffer too.
+ * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
+ * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
+ * so that the grid fills the SMs), walking the columns in 32-wide stages:
+ *  - a 5-stage cp.async pipeline brings each stage's weights (raw BF16 or FP8 bytes, zero-filled
+ *    past the last row) and activations (raw F32, zero-filled past n and cols) into shared memory;
+ *    the weights of the first stages are requested before the PDL wait;
+ *  - one stage ahead of the math, the block rounds the F32 activations to BF16 (as before) and
+ *    widens FP8 weights to BF16 (exact; the per-row scale is applied in the epilogue) into a
+ *    double-buffered BF16 copy; BF16 weights are used from the cp.async stage as they are;
+ *  - fragments are 128-bit shared loads: lane (g, q) takes columns 8q..8q+7 of its rows, which
+ *    for two k16 steps is a fixed permutation of k applied alike to both operands (a dot product
+ *    does not care), so no ldmatrix and no padding: 64-byte rows are read without bank conflicts;
+ *  - the epilogue stages the F32 tile in shared memory (rows contiguous, padded) and writes out
+ *    (and resid +=) coalesced, bounds-checked on n and rows.
+ * The grid runs the token tiles of one row tile next to each other, so that a weight tile comes
+ * from DRAM about once and the (smaller) activations stay in L2.
+ * When even the smallest sensible tiles leave most SMs idle (few rows or tokens), the columns are
+ * split over a thread block cluster of 2..8 blocks (sm_90); the partial tiles are summed through
+ * distributed shared memory, in rank order (deterministic), each rank writing a slice of tokens.
  * F32/F16 weights are not rounded: the backend runs them through the matvec per row instead.
  * CPU twin: op_matvec row by row.
  */
-#include <mma.h>
+#include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
 
-using namespace nvcuda;
+namespace cg = cooperative_groups;
 
-#define GM_BM 64 /* tokens per tile */
-#define GM_BN 64 /* weight rows per tile */
-#define GM_BK 32
-#define GM_LDS (GM_BK + 8) /* shared row stride (bf16), a multiple of 8 */
-#define GM_LDC (GM_BN + 4)
+#define GM_BM 128    /* weight rows per block */
+#define GM_BK 32     /* columns per pipeline stage */
+#define GM_STAGES 5  /* cp.async stages (GM_STAGES - 2 ahead of the conversion) */
+#define GM_THREADS 256
+#define GM_MAX_SPLIT 8 /* blocks of a split-column cluster (portable cluster size) */
 
-struct gemm_smem {
-    __nv_bfloat16 a[GM_BM * GM_LDS];
-    __nv_bfloat16 b[GM_BN * GM_LDS];
-    float c[GM_BM * GM_LDC];
+/* Shape and shared-memory layout (bytes) of one configuration. */
+template <int DT, int BN> struct gm_cfg {
+    static constexpr int ESZ = DT == THIN_DTYPE_BF16 ? 2 : 1;
+    static constexpr int WW = BN == 128 ? 2 : BN == 64 ? 4 : 8; /* warps along weight rows */
+    static constexpr int WT = 8 / WW;                            /* warps along tokens */
+    static constexpr int MI = GM_BM / WW / 16;                   /* m16 tiles (rows) per warp */
+    static constexpr int NI = BN / WT / 8;                       /* n8 tiles (tokens) per warp */
+    static constexpr int W_RAW = GM_BM * GM_BK * ESZ;            /* stage: weights as stored */
+    static constexpr int X_RAW = BN * GM_BK * 4;                 /* stage: activations, F32 */
+    static constexpr int STAGE = W_RAW + X_RAW;
+    static constexpr int XH = BN * GM_BK * 2;                    /* BF16 activations (×2) */
+    static constexpr int WH = DT == THIN_DTYPE_BF16 ? 0 : GM_BM * GM_BK * 2; /* widened FP8 (×2) */
+    static constexpr int LDC = GM_BM + 4;                        /* epilogue tile row (floats) */
+    static constexpr int SMEM = GM_STAGES * STAGE + 2 * (XH + WH);
+    static constexpr int MINB = BN >= 128 ? 1 : 2;               /* blocks per SM to allow for */
+    static_assert(MI >= 1 && NI >= 1 && WW * WT == GM_THREADS / 32, "warp layout");
+    static_assert(BN * LDC * 4 <= GM_STAGES * STAGE, "the epilogue tile reuses the pipeline");
 };
 
-/* Widens one 16-byte vector of weights to bf16 into dst (EPV elements). */
-template <int DT>
-__device__ __forceinline__ void widen16(uint4 w, __nv_bfloat16 *dst) {
-    if (DT == THIN_DTYPE_BF16) {
-        *(uint4 *)dst = w;
-    } else { /* F8_E4M3 */
-        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+/* ---- PTX helpers ---- */
+
+/* 16 bytes global → shared; bytes (0..16) are read, the rest zero-filled. */
+__device__ __forceinline__ void gm_cp16(void *dst, const void *src, uint32_t bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+/* 4 bytes global → shared; bytes 0 or 4. */
+__device__ __forceinline__ void gm_cp4(void *dst, const void *src, uint32_t bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void gm_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* d += a (16×16 row-major, BF16) × b (16×8 col-major, BF16), F32 accumulators. */
+__device__ __forceinline__ void gm_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two floats rounded to BF16 (nearest even), lo in the low half. */
+__device__ __forceinline__ uint32_t gm_bf16x2(float lo, float hi) {
+    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&b;
+}
+
+/* The two E4M3 bytes in the low half of v widened to BF16 (exact), the lower byte low. */
+__device__ __forceinline__ uint32_t gm_fp8x2_bf16x2(uint32_t v) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    float2 f = __half22float2(*(__half2 *)&h);
+    return gm_bf16x2(f.x, f.y);
+}
+
+/* ---- the kernel ---- */
+
+template <int DT, int BN>
+__global__ void __launch_bounds__(GM_THREADS, gm_cfg<DT, BN>::MINB)
+gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo, float *resid,
+            uint32_t ldr, uint32_t n, int xvec) {
+    using C = gm_cfg<DT, BN>;
+    extern __shared__ __align__(16) uint8_t gm_smem[];
+    /* [GM_STAGES] × {W raw [GM_BM][GM_BK], X F32 [BN][GM_BK]}, X BF16 [2][BN][GM_BK],
+     * FP8 only: W BF16 [2][GM_BM][GM_BK]; the epilogue's F32 tile [BN][LDC] over the stages. */
+    uint8_t *pipe = gm_smem;
+    __nv_bfloat16 *xh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE);
+    __nv_bfloat16 *wh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE + 2 * C::XH);
+
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t g = lane >> 2, q = lane & 3; /* mma fragment row group, column pair */
+    const uint32_t t0 = blockIdx.x * BN, r0 = blockIdx.y * GM_BM; /* token tiles of a row tile adjacent */
+    const uint32_t wr0 = (warp % C::WW) * (GM_BM / C::WW), wt0 = (warp / C::WW) * (BN / C::WT);
+    /* this block's column stages: [kb, kb + cnt) of nk (its share of a split cluster) */
+    const uint32_t nk = w.pitch / GM_BK, ks = gridDim.z;
+    const uint32_t kb = (uint32_t)((uint64_t)blockIdx.z * nk / ks);
+    const uint32_t cnt = (uint32_t)((uint64_t)(blockIdx.z + 1) * nk / ks) - kb;
+
+    auto load_w = [&](uint32_t slot, uint32_t kc) { /* weights of stage kc into slot */
+        constexpr uint32_t CPR = GM_BK * C::ESZ / 16; /* 16-byte pieces per row */
+        uint8_t *dst = pipe + slot * C::STAGE;
+        for (uint32_t i = tid; i < GM_BM * CPR; i += GM_THREADS) {
+            const uint32_t r = r0 + i / CPR;
+            const bool ok = r < w.rows;
+            const uint8_t *src = (const uint8_t *)w.data;
+            if (ok) src += ((size_t)r * w.pitch + (size_t)kc * GM_BK) * C::ESZ + (i % CPR) * 16;
+            gm_cp16(dst + i * 16, src, ok ? 16 : 0);
+        }
+    };
+    auto load_x = [&](uint32_t slot, uint32_t kc) { /* activations of stage kc into slot */
+        float *dst = (float *)(pipe + slot * C::STAGE + C::W_RAW);
+        for (uint32_t i = tid; i < BN * GM_BK / 4; i += GM_THREADS) {
+            const uint32_t t = t0 + i / (GM_BK / 4), c = kc * GM_BK + (i % (GM_BK / 4)) * 4;
+            const uint32_t left = t < n && c < w.cols ? min(w.cols - c, 4u) : 0; /* valid floats */
+            const float *src = left ? x + (size_t)t * ldx + c : x;
+            if (xvec) {
+                gm_cp16(dst + i * 4, src, left * 4);
+            } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
-            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
-            float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
-            dst[4 * j + 0] = __float2bfloat16_rn(fl.x);
-            dst[4 * j + 1] = __float2bfloat16_rn(fl.y);
-            dst[4 * j + 2] = __float2bfloat16_rn(fh.x);
-            dst[4 * j + 3] = __float2bfloat16_rn(fh.y);
+                for (uint32_t j = 0; j < 4; j++) gm_cp4(dst + i * 4 + j, j < left ? src + j : x, j < left ? 4 : 0);
+            }
         }
-    }
-}
-
-template <int DT>
-__device__ void stage_tiles(gemm_smem &s, const dmat &w, const float *x, uint32_t ldx, uint32_t n,
-                            uint32_t m0, uint32_t n0, uint32_t k0) {
-    for (uint32_t i = threadIdx.x; i < GM_BM * GM_BK; i += blockDim.x) {
-        uint32_t m = i / GM_BK, k = i % GM_BK;
-        float v = (m0 + m < n && k0 + k < w.cols) ? x[(size_t)(m0 + m) * ldx + k0 + k] : 0.0f;
-        s.a[m * GM_LDS + k] = __float2bfloat16_rn(v);
-    }
-    const uint32_t epv = DT == THIN_DTYPE_BF16 ? 8 : 16, vpr = GM_BK / epv;
-    const size_t esz = DT == THIN_DTYPE_BF16 ? 2 : 1;
-    for (uint32_t i = threadIdx.x; i < GM_BN * vpr; i += blockDim.x) {
-        uint32_t r = i / vpr, k = (i % vpr) * epv;
-        __nv_bfloat16 *dst = s.b + r * GM_LDS + k;
-        if (n0 + r < w.rows && k0 + k < w.pitch) {
-            const uint8_t *src = (const uint8_t *)w.data + ((size_t)(n0 + r) * w.pitch + k0 + k) * esz;
-            widen16<DT>(__ldg((const uint4 *)src), dst);
-        } else {
-            for (uint32_t j = 0; j < epv; j++) dst[j] = __float2bfloat16_rn(0.0f);
+    };
+    auto convert = [&](uint32_t slot, uint32_t buf) { /* stage in slot → BF16 buffer buf */
+        const float4 *xs = (const float4 *)(pipe + slot * C::STAGE + C::W_RAW);
+        uint2 *xd = (uint2 *)(xh + buf * BN * GM_BK);
+        for (uint32_t i = tid; i < BN * GM_BK / 4; i += GM_THREADS) {
+            const float4 v = xs[i];
+            xd[i] = make_uint2(gm_bf16x2(v.x, v.y), gm_bf16x2(v.z, v.w));
         }
-    }
-}
+        if constexpr (DT == THIN_DTYPE_F8_E4M3) {
+            const uint2 *ws = (const uint2 *)(pipe + slot * C::STAGE);
+            uint4 *wd = (uint4 *)(wh + buf * GM_BM * GM_BK);
+            for (uint32_t i = tid; i < GM_BM * GM_BK / 8; i += GM_THREADS) {
+                const uint2 v = ws[i];
+                wd[i] = make_uint4(gm_fp8x2_bf16x2(v.x), gm_fp8x2_bf16x2(v.x >> 16), gm_fp8x2_bf16x2(v.y),
+                                   gm_fp8x2_bf16x2(v.y >> 16));
+            }
+        }
+    };
 
-template <int DT>
-__global__ void __launch_bounds__(128) gemm_kernel(const dmat w, const float *x, uint32_t ldx,
-                                                   float *out, uint32_t ldo, float *resid,
-                                                   uint32_t ldr, uint32_t n) {
+    float acc[C::MI][C::NI][4];
+#pragma unroll
+    for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ni++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0.0f;
+
     pdl_trigger();
+    for (uint32_t s = 0; s < GM_STAGES - 1; s++) /* weights only: before the wait */
+        if (s < cnt) load_w(s, kb + s);
     pdl_wait();
-    __shared__ __align__(128) gemm_smem s;
-    const uint32_t n0 = blockIdx.x * GM_BN, m0 = blockIdx.y * GM_BM;
-    const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (uint32_t k0 = 0; k0 < w.pitch; k0 += GM_BK) {
-        stage_tiles<DT>(s, w, x, ldx, n, m0, n0, k0);
+    for (uint32_t s = 0; s < GM_STAGES - 1; s++) { /* group s: stage s (group 0: all weights) */
+        if (s < cnt) load_x(s, kb + s);
+        gm_commit();
+    }
+    if (cnt) {
+        gm_wait<GM_STAGES - 2>(); /* group 0 */
         __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < GM_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], s.a + (wm + 16 * i) * GM_LDS + kk, GM_LDS);
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], s.b + (wn + 16 * j) * GM_LDS + kk, GM_LDS);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        convert(0, 0);
+    }
+
+    for (uint32_t it = 0; it < cnt; it++) {
+        /* groups 0..it+1 done (stage it+1 landed); after the barrier every warp is past
+         * iteration it - 1, so its stage slot and BF16 buffer may be refilled */
+        gm_wait<GM_STAGES - 3>();
+        __syncthreads();
+        const uint32_t nx = it + GM_STAGES - 1;
+        if (nx < cnt) {
+            load_w(nx % GM_STAGES, kb + nx);
+            load_x(nx % GM_STAGES, kb + nx);
         }
+        gm_commit();
+        if (it + 1 < cnt) convert((it + 1) % GM_STAGES, (it + 1) & 1);
+
+        const uint32_t buf = it & 1;
+        const __nv_bfloat16 *ws = DT == THIN_DTYPE_BF16
+                                      ? (const __nv_bfloat16 *)(pipe + (it % GM_STAGES) * C::STAGE)
+                                      : wh + buf * GM_BM * GM_BK;
+        const __nv_bfloat16 *xs = xh + buf * BN * GM_BK;
+        /* lane (g, q): columns 8q..8q+7 of rows g (and g + 8); k16 step 0 takes 8q..8q+3,
+         * step 1 8q+4..8q+7, in the mma's column pairs (2q, 2q+1) and (2q+8, 2q+9) */
+        uint4 a[C::MI][2], b[C::NI];
+#pragma unroll
+        for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                a[mi][h] = *(const uint4 *)(ws + (wr0 + mi * 16 + h * 8 + g) * GM_BK + q * 8);
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ni++) b[ni] = *(const uint4 *)(xs + (wt0 + ni * 8 + g) * GM_BK + q * 8);
+#pragma unroll
+        for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < C::NI; ni++) {
+                gm_mma(acc[mi][ni], a[mi][0].x, a[mi][1].x, a[mi][0].y, a[mi][1].y, b[ni].x, b[ni].y);
+                gm_mma(acc[mi][ni], a[mi][0].z, a[mi][1].z, a[mi][0].w, a[mi][1].w, b[ni].z, b[ni].w);
+            }
+    }
+
+    /* epilogue: the tile as F32 [token][row] over the pipeline (all of it drained) */
+    gm_wait<0>();
+    __syncthreads();
+    float *cs = (float *)gm_smem;
+#pragma unroll
+    for (int mi = 0; mi < C::MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ni++) {
+            const uint32_t r = wr0 + mi * 16 + g, t = wt0 + ni * 8 + 2 * q;
+            cs[t * C::LDC + r] = acc[mi][ni][0];
+            cs[(t + 1) * C::LDC + r] = acc[mi][ni][1];
+            cs[t * C::LDC + r + 8] = acc[mi][ni][2];
+            cs[(t + 1) * C::LDC + r + 8] = acc[mi][ni][3];
+        }
+    uint32_t tb = 0, te = BN; /* tokens of the tile this block writes */
+    if (ks > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        const uint32_t rank = cl.block_rank();
+        tb = rank * BN / ks;
+        te = (rank + 1) * BN / ks;
+    } else {
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(s.c + (wm + 16 * i) * GM_LDC + wn + 16 * j, acc[i][j], GM_LDC,
-                                    wmma::mem_row_major);
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < GM_BM * GM_BN; i += blockDim.x) {
-        uint32_t m = i / GM_BN, r = i % GM_BN;
-        if (m0 + m >= n || n0 + r >= w.rows) continue;
-        float v = s.c[m * GM_LDC + r];
-        if (DT == THIN_DTYPE_F8_E4M3 && w.scale) v *= w.scale[n0 + r];
-        out[(size_t)(m0 + m) * ldo + n0 + r] = v;
-        if (resid) resid[(size_t)(m0 + m) * ldr + n0 + r] += v;
+    for (uint32_t e = tid; e < (te - tb) * GM_BM; e += GM_THREADS) {
+        const uint32_t t = tb + e / GM_BM, r = e % GM_BM;
+        const uint32_t i = t0 + t, row = r0 + r;
+        if (i >= n || row >= w.rows) continue;
+        float v;
+        if (ks > 1) {
+            cg::cluster_group cl = cg::this_cluster();
+            v = 0.0f;
+            for (uint32_t k = 0; k < ks; k++) v += cl.map_shared_rank(cs, k)[t * C::LDC + r];
+        } else {
+            v = cs[t * C::LDC + r];
+        }
+        if (DT == THIN_DTYPE_F8_E4M3 && w.scale) v *= w.scale[row];
+        out[(size_t)i * ldo + row] = v;
+        if (resid) resid[(size_t)i * ldr + row] += v;
+    }
+    if (ks > 1) cg::this_cluster().sync(); /* the others' tiles are read until here */
+}
+
+/* ---- launch ---- */
+
+template <int DT, int BN>
+static cudaError_t launch_t(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                            float *resid, uint32_t ldr, uint32_t n, uint32_t ks, cudaStream_t st) {
+    constexpr int smem = gm_cfg<DT, BN>::SMEM;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(gemm_kernel<DT, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+    }
+    const int xvec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0; /* 16-byte activation copies */
+    const dim3 grid((n + BN - 1) / BN, (w->rows + GM_BM - 1) / GM_BM, ks);
+    if (ks > 1)
+        return launch_kc(gemm_kernel<DT, BN>, grid, dim3(GM_THREADS), smem, st, dim3(1, 1, ks), *w, x, ldx,
+                         out, ldo, resid, ldr, n, xvec);
+    return launch_k(gemm_kernel<DT, BN>, grid, dim3(GM_THREADS), smem, st, *w, x, ldx, out, ldo, resid, ldr,
+                    n, xvec);
+}
+
+template <int DT>
+static cudaError_t launch_dt(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                             float *resid, uint32_t ldr, uint32_t n, uint32_t bn, uint32_t ks, cudaStream_t st) {
+    switch (bn) {
+    case 128: return launch_t<DT, 128>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    case 64: return launch_t<DT, 64>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    case 32: return launch_t<DT, 32>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    default: return launch_t<DT, 16>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
     }
 }
 
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, cudaStream_t st) {
     if (w->pitch % GM_BK != 0) return cudaErrorInvalidValue;
-    dim3 grid((w->rows + GM_BN - 1) / GM_BN, (n + GM_BM - 1) / GM_BM);
-    if (w->dtype == THIN_DTYPE_BF16)
-        return launch_k(gemm_kernel<THIN_DTYPE_BF16>, dim3(grid), dim3(128), 0, st, *w, x, ldx, out, ldo, resid, ldr, n);
-    else if (w->dtype == THIN_DTYPE_F8_E4M3)
-        return launch_k(gemm_kernel<THIN_DTYPE_F8_E4M3>, dim3(grid), dim3(128), 0, st, *w, x, ldx, out, ldo, resid, ldr, n);
-    else
-        return cudaErrorInvalidValue;
+    if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) return cudaErrorInvalidValue;
+    if (n == 0 || w->rows == 0) return cudaSuccess;
+    int dev = 0, n_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm <= 0) {
+        (void)cudaGetLastError();
+        n_sm = 132;
+    }
+    /* tokens per tile: the fewest 16·2^k covering n up to 64; above, 128 when that still gives a
+     * tile per SM, else 64 */
+    const uint32_t row_tiles = (w->rows + GM_BM - 1) / GM_BM;
+    uint32_t bn = 128;
+    while (bn > 16 && (n <= bn / 2 || (bn > 64 && row_tiles * ((n + bn - 1) / bn) < (uint32_t)n_sm))) bn /= 2;
+    /* a grid under half the SMs: split the columns over a cluster, keeping 8+ stages per block */
+    const uint32_t tiles = row_tiles * ((n + bn - 1) / bn), nk = w->pitch / GM_BK;
+    uint32_t ks = 1;
+    while (thin_cuda_cluster && ks < GM_MAX_SPLIT && tiles * ks * 2 <= (uint32_t)n_sm && nk / (ks * 2) >= 8) ks *= 2;
+    if (w->dtype == THIN_DTYPE_BF16) return launch_dt<THIN_DTYPE_BF16>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
+    return launch_dt<THIN_DTYPE_F8_E4M3>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
 }
