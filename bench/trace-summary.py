@@ -19,7 +19,8 @@ the LM head closes the token. Per step (averaged over layers) it prints:
 
 and, for the decode attention, the mean time of each phase its blocks mark after their wait
 returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
-second cluster barrier, to the end (blocks that combine over the cluster only).
+second cluster barrier, to the end (blocks that combine over the cluster), and apart from those
+the first two and to the end for blocks that had the context to themselves.
 """
 import csv
 import sys
@@ -52,6 +53,8 @@ def main():
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
             if all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
+            elif marks[0] and marks[1] and not marks[2] and not marks[3]:
+                g.setdefault("phases1", []).append([int(r["t1"])] + marks[:2] + [int(r["t2"])])
     ks = sorted(grids.values(), key=lambda g: min(g["t0"]))
     if not ks:
         sys.exit("trace-summary: no records")
@@ -97,6 +100,12 @@ def main():
         names_ph = ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"]
         print(f"attention phases, mean over {len(ph)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
+                        for i, n in enumerate(names_ph)))
+    ph1 = [p for g in ks for p in g.get("phases1", [])]
+    if ph1:
+        names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]
+        print(f"attention phases of single blocks, mean over {len(ph1)} (us):",
+              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph1) / len(ph1) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
 
 

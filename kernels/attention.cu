@@ -395,24 +395,25 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  *
  * Grid (KV head, split); clusters of AD_CLUSTER consecutive splits. Each block takes `chunk`
  * positions (a multiple of 32, at least min_chunk, growing with the context so that the splits
- * cover it);
- * clusters past the context exit at once, the others always run whole. Before waiting for the
- * previous kernel a block copies the K and V rows of its positions before *pos (written by earlier
- * steps) into shared memory (cp.async); after the wait it adds the newest row and q. Then each
- * warp takes one query head of the group at a time: lane j scores position w0 + j of each window
- * of 32 positions, the softmax runs online in registers (warp max and sum), and the lanes, each
- * holding dims lane, lane + 32, ..., add up the weighted V rows: no block barrier after the
- * copies. A single active block writes the output; else the cluster combines its blocks' partial
- * results through distributed shared memory, each block finishing a slice of the output. With
- * more than one active cluster (long contexts), each writes its combined partial to global memory
- * and the last one to finish (atomic counter) combines those. */
+ * cover it); clusters past the context exit at once, the others always run whole. Before waiting
+ * for the previous kernel a block copies the K and V rows of its positions before *pos (written by
+ * earlier steps) into shared memory (cp.async); after the wait it adds the newest row and q. Then
+ * the whole block works on every query head of the group at once, so that no thread runs a long
+ * serial chain: four lanes per position score it against every head (each K piece read once),
+ * one warp per head takes the softmax, and each thread sums the weighted V rows of a slice of the
+ * positions for two dims of every head, the slices added up through shared memory. A single
+ * active block writes the output; else the cluster combines its blocks' partial results through
+ * distributed shared memory, each block finishing a slice of the output. With more than one
+ * active cluster (long contexts), each writes its combined partial to global memory and the last
+ * one to finish (atomic counter) combines those. */
 
-#define AD_THREADS AG_THREADS
-#define AD_WARPS AG_WARPS
+#define AD_THREADS 256
+#define AD_WARPS (AD_THREADS / 32)
 #define AD_CLUSTER 8
-#define AD_WIN 32u       /* positions per window (one per lane) */
-#define AD_GMAX 8u       /* query heads per KV head */
+#define AD_WIN 32u       /* positions per split come in multiples of this */
+#define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
 #define AD_DMAX 256u     /* head_dim */
+#define AD_LPS 4u        /* lanes per position in the scores */
 
 namespace cg = cooperative_groups;
 
@@ -422,13 +423,19 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-/* Bytes of one staged K or V row: head_dim elements and 16 bytes of padding, so that the 16-byte
- * reads of 8 lanes at the same column of 8 consecutive rows fall in distinct banks. */
+/* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
+ * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
 __host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
-    return head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u) + 16u;
+    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
+    return b + (192u - b % 128u) % 128u;
 }
 
-template <int KDT>
+/* Slices of the positions in the weighted V sum (threads of head_dim / 2 take two dims each). */
+__host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim) {
+    return AD_THREADS / (head_dim / 2);
+}
+
+template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
@@ -449,10 +456,12 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     if (cidx >= n_cl) return; /* the whole cluster is past the context */
     const uint32_t start = split * chunk, end = min(npos, start + chunk);
     const uint32_t len = start < end ? end - start : 0;
+    if (n_act == 1 && !len) return; /* the single active block needs no partner */
     const uint32_t rb = ad_row_bytes(hd, KDT), vpr = hd * ESZ / 16; /* 16-byte pieces per row */
     uint8_t *ks = smb, *vs = smb + (size_t)a.chunk_max * rb;
     float *qs = (float *)(vs + (size_t)a.chunk_max * rb); /* G × hd */
-    float *red = qs + (size_t)G * hd;                       /* G × hd: this block's sums */
+    float *sc = qs + (size_t)G * hd;                        /* G × chunk_max: scores, then weights */
+    float *red = sc + (size_t)G * a.chunk_max;              /* slices × G × hd; then this block's sums */
     const size_t pstride = (size_t)a.n_kv * hd * ESZ;       /* cache bytes per position */
     const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
     const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
@@ -478,69 +487,107 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     cp_async_wait_all();
     __syncthreads();
     kt.mark(0);
-    const float scale = rsqrtf((float)hd);
-    const uint32_t dpl = hd / 32; /* dims per lane */
-    for (uint32_t g = warp; g < G; g += AD_WARPS) {
-        const float *qg = qs + (size_t)g * hd;
-        float m = -INFINITY, l = 0.0f, acc[AD_DMAX / 32];
+    /* scores: lanes j of AD_LPS per position take pieces j, j + AD_LPS, ... of its K row */
+    {
+        const float scale = rsqrtf((float)hd);
+        const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
+        for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
+            const uint32_t p = base + threadIdx.x / AD_LPS;
+            float s[GM];
 #pragma unroll
-        for (uint32_t i = 0; i < AD_DMAX / 32; i++) acc[i] = 0.0f;
-        for (uint32_t w0 = 0; w0 < len; w0 += AD_WIN) {
-            const uint32_t p = w0 + lane;
-            float s = -INFINITY;
+            for (int g = 0; g < GM; g++) s[g] = 0.0f;
             if (p < len) {
                 const uint8_t *kr = ks + p * rb;
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-                for (uint32_t c = 0; c < vpr; c++) {
+#pragma unroll 2
+                for (uint32_t c = j; c < vpr; c += AD_LPS) {
                     float f[EPV];
                     kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
-                    const float *qq = qg + c * EPV;
 #pragma unroll
-                    for (int e = 0; e < EPV; e++) d[e & 3] = fmaf(qq[e], f[e], d[e & 3]);
-                }
-                s = (d[0] + d[1] + d[2] + d[3]) * scale;
-            }
-            const float mn = fmaxf(m, warp_max(s)); /* finite: the window holds a position */
-            const float e = p < len ? expf(s - mn) : 0.0f;
-            const float corr = expf(m - mn);       /* 0 for the first window */
-            l = l * corr + warp_sum(e);
+                    for (int g = 0; g < GM; g++) {
+                        if ((uint32_t)g >= G) break;
+                        const float4 *qq = (const float4 *)(qs + (size_t)g * hd + c * EPV);
 #pragma unroll
-            for (uint32_t i = 0; i < AD_DMAX / 32; i++) acc[i] *= corr;
-            const uint32_t nw = min(AD_WIN, len - w0);
-            for (uint32_t j = 0; j < nw; j++) {
-                const float wj = __shfl_sync(0xffffffffu, e, j);
-                const uint8_t *vr = vs + (w0 + j) * rb;
-#pragma unroll
-                for (uint32_t i = 0; i < AD_DMAX / 32; i++) {
-                    if (i >= dpl) break;
-                    const uint32_t dd = lane + 32 * i;
-                    const float v = KDT == THIN_DTYPE_BF16 ? bf16_bits_to_f32(((const uint16_t *)vr)[dd])
-                                                           : ((const float *)vr)[dd];
-                    acc[i] = fmaf(wj, v, acc[i]);
+                        for (int e = 0; e < EPV; e += 4) {
+                            const float4 q = qq[e / 4];
+                            s[g] = fmaf(q.x, f[e], s[g]);
+                            s[g] = fmaf(q.y, f[e + 1], s[g]);
+                            s[g] = fmaf(q.z, f[e + 2], s[g]);
+                            s[g] = fmaf(q.w, f[e + 3], s[g]);
+                        }
+                    }
                 }
             }
-            m = mn;
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+#pragma unroll
+                for (uint32_t o = 1; o < AD_LPS; o <<= 1) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+                if (p < len && (uint32_t)g < G && (uint32_t)g % AD_LPS == j) sc[g * a.chunk_max + p] = s[g] * scale;
+            }
         }
-        if (n_act == 1) { /* the only block with positions: the output */
-            if (!len) continue;
-            float *out = a.out + ((size_t)kh * G + g) * hd;
+    }
+    __syncthreads();
+    /* softmax: one warp per head; the weights replace the scores */
+    for (uint32_t g = warp; g < G; g += AD_WARPS) {
+        float *x = sc + (size_t)g * a.chunk_max;
+        float m = -INFINITY;
+        for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (uint32_t i = lane; i < len; i += 32) {
+            const float e = expf(x[i] - m);
+            x[i] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) {
+            ml[2 * g] = m;
+            ml[2 * g + 1] = l; /* an empty span: (-inf, 0) */
+        }
+    }
+    __syncthreads();
+    /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
+    {
+        const uint32_t tr = hd / 2, ns = ad_slices(hd), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
+        if (sl < ns) {
+            float acc[GM][2];
 #pragma unroll
-            for (uint32_t i = 0; i < AD_DMAX / 32; i++)
-                if (i < dpl) out[lane + 32 * i] = acc[i] / l;
-        } else {
+            for (int g = 0; g < GM; g++) acc[g][0] = acc[g][1] = 0.0f;
+#pragma unroll 4
+            for (uint32_t p = sl; p < len; p += ns) {
+                float v0, v1;
+                if (KDT == THIN_DTYPE_BF16) {
+                    const uint32_t u = *(const uint32_t *)(vs + p * rb + d0 * 2);
+                    v0 = __uint_as_float(u << 16);
+                    v1 = __uint_as_float(u & 0xffff0000u);
+                } else {
+                    const float2 f = *(const float2 *)(vs + p * rb + d0 * 4);
+                    v0 = f.x, v1 = f.y;
+                }
 #pragma unroll
-            for (uint32_t i = 0; i < AD_DMAX / 32; i++)
-                if (i < dpl) red[(size_t)g * hd + lane + 32 * i] = acc[i];
-            if (lane == 0) {
-                ml[2 * g] = m;
-                ml[2 * g + 1] = l; /* an empty span: (-inf, 0) */
+                for (int g = 0; g < GM; g++) {
+                    if ((uint32_t)g >= G) break;
+                    const float w = sc[g * a.chunk_max + p];
+                    acc[g][0] = fmaf(w, v0, acc[g][0]);
+                    acc[g][1] = fmaf(w, v1, acc[g][1]);
+                }
             }
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                *(float2 *)(red + ((size_t)sl * G + g) * hd + d0) = make_float2(acc[g][0], acc[g][1]);
+            }
+        }
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
+            float t = red[i];
+            for (uint32_t k = 1; k < ns; k++) t += red[(size_t)k * G * hd + i];
+            if (n_act == 1) a.out[(size_t)kh * G * hd + i] = t / ml[2 * (i / hd) + 1];
+            else red[i] = t; /* each i is read and written by one thread only */
         }
     }
     kt.mark(1);
     if (n_act == 1) { /* the same for every block of the cluster: no cluster barrier */
-        if (threadIdx.x == 0 && len) kt.end(TRACE_ATTN, 2);
+        if (threadIdx.x == 0) kt.end(TRACE_ATTN, 2);
         return;
     }
     cl.sync(); /* every block's red and ml are ready */
@@ -666,7 +713,8 @@ uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min
 }
 
 size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
-    return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) + 2 * (size_t)group * head_dim * sizeof(float);
+    return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) +
+           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim) * head_dim) * sizeof(float);
 }
 
 /* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
@@ -679,23 +727,32 @@ static int decode_fits(const attn_args *a) {
            a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk;
 }
 
-template <int KDT>
+template <int KDT, int GM>
 static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
     const uint32_t g = a->n_heads / a->n_kv;
     const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max, KDT);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT>,
+        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    return launch_kc(attn_decode_kernel<KDT>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
+    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
                      dim3(1, AD_CLUSTER, 1), *a);
+}
+
+template <int KDT>
+static cudaError_t launch_decode_dt(const attn_args *a, cudaStream_t st) {
+    const uint32_t g = a->n_heads / a->n_kv;
+    if (g <= 1) return launch_decode<KDT, 1>(a, st);
+    if (g <= 2) return launch_decode<KDT, 2>(a, st);
+    if (g <= 4) return launch_decode<KDT, 4>(a, st);
+    return launch_decode<KDT, 8>(a, st);
 }
 
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
     if (n == 1 && a->cluster && decode_fits(a)) {
-        if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode<THIN_DTYPE_BF16>(a, st);
-        return launch_decode<THIN_DTYPE_F32>(a, st);
+        if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode_dt<THIN_DTYPE_BF16>(a, st);
+        return launch_decode_dt<THIN_DTYPE_F32>(a, st);
     }
     const int gm = group_max(a);
     if (!gm) return launch_generic(a, n, st);

@@ -70,6 +70,9 @@ extern "C" int cuda_device_describe(char *buf, size_t len) {
     return 0;
 }
 
+/* Shared memory the decode attention kernel may take (the H200 allows 227 KiB per block). */
+#define ATTN_DEC_SMEM (200u * 1024u)
+
 /* Attention splits: `want` splits, fewer when the context is short (each at least ATTN_MIN_CHUNK
  * positions), more when one split's scores would not fit in shared memory. */
 static void split_plan(const cuda_session *s, uint32_t want, uint32_t group, uint32_t head_dim,
@@ -127,12 +130,16 @@ static int alloc_state(cuda_session *s) {
         uint32_t ns = (2u * (uint32_t)s->n_sm + min_kv * 8 - 1) / (min_kv * 8) * 8;
         const char *ds = getenv("THIN_CUDA_DEC_SPLITS"); /* for measurements */
         const char *mc = getenv("THIN_CUDA_ATTN_CHUNK");     /* fewest positions per split */
-        s->dec_min_chunk = mc && atoi(mc) > 0 ? ((uint32_t)atoi(mc) + 31) / 32 * 32 : 32;
+        /* 32 positions per block: more blocks fetch the K and V rows sooner, which pays for the
+         * cluster combine (measured on the H200 against 64 and 256, bench/decode-variants.sh). */
+        uint32_t mcw = mc && atoi(mc) > 0 ? ((uint32_t)atoi(mc) + 31) / 32 * 32 : 32;
+        while (mcw > 32 && attn_decode_smem(maxhd, maxg, mcw, p->kv_dtype) > ATTN_DEC_SMEM) mcw -= 32;
+        s->dec_min_chunk = mcw;
         if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
         if (ns < 8) ns = 8;
         for (;;) { /* the K and V rows of a split are staged in shared memory */
             s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns, s->dec_min_chunk);
-            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= 160 * 1024 || ns >= 1024) break;
+            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= ATTN_DEC_SMEM || ns >= 4096) break;
             ns *= 2;
         }
         s->dec_splits = ns;

@@ -12,7 +12,9 @@ with open(sys.argv[1], "w") as f:
         t0 = max(0, 10000 * k - 2000)           # 2 us before the previous kernel's end
         t1 = 10000 * k + 1000                   # its wait returns 1 us after that end
         t2 = 10000 * (k + 1)
-        marks = [t1 + 1000 * (i + 1) for i in range(4)] if k % 5 == 1 and k < 10 else [0] * 4
+        marks = [t1 + 1000 * (i + 1) for i in range(4)] if k == 1 else [0] * 4
+        if k == 6:                              # the second layer's attention: a single block
+            marks = [t1 + 2000, t1 + 5000, 0, 0]
         kind = 3 if k % 5 == 1 and k < 10 else 2
         f.write(f"{1000 + k},{kind},64,{k},0,{t0},{t1},{t2}," + ",".join(map(str, marks)) + "\n")
 PY
@@ -22,7 +24,8 @@ grep -Eq "^q/k/v +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^attention +2 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^lm_head +1 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^sum +110\.0$" "$T/out"
-grep -q "K/V and q in 1.00, scores + softmax + V sum 1.00, cluster barrier 1.00, combine 1.00, to the end 5.00" "$T/out"
+grep -q "mean over 1 blocks (us): K/V and q in 1.00, scores + softmax + V sum 1.00, cluster barrier 1.00, combine 1.00, to the end 5.00" "$T/out"
+grep -q "single blocks, mean over 1 (us): K/V and q in 2.00, scores + softmax + V sum 3.00, to the end 4.00" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi

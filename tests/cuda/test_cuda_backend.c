@@ -4,7 +4,8 @@
  * rope on layer 0 only, F32 / BF16 / BF16 with FP8 gate-up-down weights, BF16 and F32 KV caches.
  * Checks one-token decode (CUDA graph), batched prefill (GEMM), prefill chunking, the split
  * attention at long contexts (several clusters of the decode kernel), the device argmax and greedy
- * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head).
+ * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), and the
+ * decode attention in 32-position splits (several blocks per cluster, several clusters).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -276,6 +277,12 @@ int main(void) {
     run_case("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
     run_case("wide ffn F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* Decode attention in splits of 32 positions (the default takes up to 256 in one block):
+     * several blocks per cluster and, at the long position, several clusters. */
+    setenv("THIN_CUDA_ATTN_CHUNK", "32", 1);
+    run_case("32-position splits BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    run_case("32-position splits F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    unsetenv("THIN_CUDA_ATTN_CHUNK");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
