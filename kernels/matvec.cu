@@ -159,6 +159,17 @@ __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t co
     __syncthreads();
 }
 
+/* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged. */
+template <int DT>
+__device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
+    float nw[MV_XPRE];
+    preload_norm(a, a.seg[0].w.cols, nw);
+    kt.start();
+    pdl_wait();
+    kt.waited();
+    stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
+}
+
 __device__ __forceinline__ const uint4 *row_ptr(const dmat &w, uint32_t r) {
     size_t esz = w.dtype == THIN_DTYPE_F32 ? 4 : w.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
     return (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
@@ -274,13 +285,8 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         load_batch<NR, HB>(w, rows, lane, nvec);
         if (rope && lane == 0) rot = rope_rot(a, seg, rr);
     }
-    float nw[MV_XPRE];
-    preload_norm(a, w0.cols, nw);
     ktrace kt;
-    kt.start();
-    pdl_wait();
-    kt.waited();
-    stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
+    wait_and_stage<DT>(xs, a, red, kt);
     for (; r < total; r += stride) {
         float acc[NR];
 #pragma unroll
@@ -345,13 +351,8 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
     };
     issue(0, wa);
     issue(1, wb);
-    float nw[MV_XPRE];
-    preload_norm(a, w0.cols, nw);
     ktrace kt;
-    kt.start();
-    pdl_wait();
-    kt.waited();
-    stage_x<DT>(xs, a, w0.cols, w0.pitch, red, nw);
+    wait_and_stage<DT>(xs, a, red, kt);
     for (uint32_t k = 0; k < nk; k += 2) {
         consume(k, wa);
         issue(k + 2, wa);
