@@ -228,10 +228,11 @@ __device__ void ag_scores(const attn_args &a, const ag_span &sp, const float (&q
     }
 }
 
-/* Softmax of each head's scores in place (exp(s - m)); ml[2g] = m, ml[2g + 1] = sum. */
+/* Softmax of each head's scores in place (exp(s - m)), one warp of the block per head at a time;
+ * ml[2g] = m, ml[2g + 1] = sum ((-inf, 0) for an empty span). */
 __device__ void ag_softmax(const attn_args &a, uint32_t len, uint32_t G, float *sc, float *ml) {
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (uint32_t g = warp; g < G; g += AG_WARPS) {
+    for (uint32_t g = warp; g < G; g += blockDim.x >> 5) {
         float *x = sc + g * a.chunk_max;
         float m = -INFINITY;
         for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
@@ -447,7 +448,6 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     __shared__ int last;
     cg::cluster_group cl = cg::this_cluster();
     const uint32_t kh = blockIdx.x, split = blockIdx.y, hd = a.head_dim, G = a.n_heads / a.n_kv;
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
     uint32_t chunk = (npos + gridDim.y - 1) / gridDim.y;
     chunk = max(a.min_chunk, (chunk + AD_WIN - 1) / AD_WIN * AD_WIN);
@@ -526,24 +526,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     __syncthreads();
-    /* softmax: one warp per head; the weights replace the scores */
-    for (uint32_t g = warp; g < G; g += AD_WARPS) {
-        float *x = sc + (size_t)g * a.chunk_max;
-        float m = -INFINITY;
-        for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (uint32_t i = lane; i < len; i += 32) {
-            const float e = expf(x[i] - m);
-            x[i] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) {
-            ml[2 * g] = m;
-            ml[2 * g + 1] = l; /* an empty span: (-inf, 0) */
-        }
-    }
+    ag_softmax(a, len, G, sc, ml); /* the weights replace the scores */
     __syncthreads();
     /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
     {
@@ -672,6 +655,9 @@ size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, u
     return grouped > generic ? grouped : generic;
 }
 
+/* The kernel instance's query heads per KV head for g of them: 1, 2, 4, 8, or 0 past 8. */
+static int group_bucket(uint32_t g) { return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : g <= 8 ? 8 : 0; }
+
 /* Max query heads per KV head of the grouped kernel instance, or 0 when the shape is unsupported. */
 static int group_max(const attn_args *a) {
     if (a->kv_dtype != THIN_DTYPE_BF16 && a->kv_dtype != THIN_DTYPE_F32) return 0;
@@ -680,8 +666,7 @@ static int group_max(const attn_args *a) {
     if (a->head_dim % epv || a->head_dim / epv > 32) return 0;
     const uint32_t lp = a->head_dim / epv;
     if (lp & (lp - 1)) return 0;
-    const uint32_t g = a->n_heads / a->n_kv;
-    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : g <= 8 ? 8 : 0;
+    return group_bucket(a->n_heads / a->n_kv);
 }
 
 template <int KDT, int GM>
@@ -742,11 +727,12 @@ static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
 
 template <int KDT>
 static cudaError_t launch_decode_dt(const attn_args *a, cudaStream_t st) {
-    const uint32_t g = a->n_heads / a->n_kv;
-    if (g <= 1) return launch_decode<KDT, 1>(a, st);
-    if (g <= 2) return launch_decode<KDT, 2>(a, st);
-    if (g <= 4) return launch_decode<KDT, 4>(a, st);
-    return launch_decode<KDT, 8>(a, st);
+    switch (group_bucket(a->n_heads / a->n_kv)) { /* decode_fits: at most AD_GMAX = 8 */
+    case 1: return launch_decode<KDT, 1>(a, st);
+    case 2: return launch_decode<KDT, 2>(a, st);
+    case 4: return launch_decode<KDT, 4>(a, st);
+    default: return launch_decode<KDT, 8>(a, st);
+    }
 }
 
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {

@@ -310,9 +310,10 @@ struct mv_args {
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 
-/* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...). */
+/* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
+ * sizes the grid. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
-                        float *resid, uint32_t ldr, uint32_t n, cudaStream_t st);
+                        float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
 
 /* Elementwise families (norm.cu). */
 cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,

@@ -89,7 +89,7 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
             ldr = ld_of(s, p->ops[st->add_op].out);
         }
         CK(s, launch_gemm(&s->w[s->op_w[st->lin[k]]], s->buf[in], ld_of(s, in), s->buf[o->out],
-                          ld_of(s, o->out), resid, ldr, n, s->st));
+                          ld_of(s, o->out), resid, ldr, n, s->n_sm, s->st));
     }
     if (st->pair) {
         int g = p->ops[st->lin[0]].out, u = p->ops[st->lin[1]].out;

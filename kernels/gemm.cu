@@ -292,16 +292,11 @@ static cudaError_t launch_dt(const dmat *w, const float *x, uint32_t ldx, float 
 }
 
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
-                        float *resid, uint32_t ldr, uint32_t n, cudaStream_t st) {
+                        float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st) {
     if (w->pitch % GM_BK != 0) return cudaErrorInvalidValue;
     if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) return cudaErrorInvalidValue;
     if (n == 0 || w->rows == 0) return cudaSuccess;
-    int dev = 0, n_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm <= 0) {
-        (void)cudaGetLastError();
-        n_sm = 132;
-    }
+    if (n_sm < 1) n_sm = 1;
     /* tokens per tile: the fewest 16·2^k covering n up to 64; above, 128 when that still gives a
      * tile per SM, else 64 */
     const uint32_t row_tiles = (w->rows + GM_BM - 1) / GM_BM;
