@@ -33,6 +33,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: trace-summary.py TRACE.csv")
     grids = OrderedDict()
+    stream = {}
     try:
         f = open(sys.argv[1], newline="")
     except OSError as e:
@@ -40,6 +41,13 @@ def main():
     with f:
         rd = csv.DictReader(f)
         for r in rd:
+            if r.get("kind") == "4":  # the persistent decode kernel: one record per block and phase
+                try:
+                    stream.setdefault(int(r["units"]), []).append(
+                        [int(r[k]) for k in ("t0", "t1", "m0", "t2", "m1", "m2")])
+                except (KeyError, TypeError, ValueError):
+                    sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: bad stream record")
+                continue
             try:
                 g = grids.setdefault(r["grid"], {"kind": int(r["kind"]), "units": int(r["units"]),
                                                  "t0": [], "t1": [], "t2": [], "sm": set()})
@@ -55,8 +63,12 @@ def main():
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
                 g.setdefault("phases1", []).append([int(r["t1"])] + marks[:2] + [int(r["t2"])])
+    if stream:
+        stream_summary(stream)
     ks = sorted(grids.values(), key=lambda g: min(g["t0"]))
     if not ks:
+        if stream:
+            return
         sys.exit("trace-summary: no records")
     n_layers = (len(ks) - 1) // len(STEPS)
     names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
@@ -107,6 +119,51 @@ def main():
         print(f"attention phases of single blocks, mean over {len(ph1)} (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph1) / len(ph1) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
+
+
+def stream_summary(stream):
+    """Phases of the persistent decode kernel (kernels/stream.cu), averaged per step over layers."""
+    phs = sorted(stream)
+    n_layers = (len(phs) - 1) // len(STEPS)
+    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
+    names += ["lm_head"] * (len(phs) - len(names))
+    agg = defaultdict(lambda: defaultdict(float))
+    cnt = defaultdict(int)
+    prev_end = None
+    first = min(r[0] for r in stream[phs[0]])
+    for name, ph in zip(names, phs):
+        rs = stream[ph]
+        end = max(r[3] for r in rs)
+        a = agg[name]
+        if prev_end is not None:
+            a["release"] += (min(r[1] for r in rs) - prev_end) / 1e3
+            a["span"] += (end - prev_end) / 1e3
+        else:
+            a["span"] += (end - first) / 1e3
+        a["stage"] += sum((r[2] - r[1]) if r[2] else 0 for r in rs) / len(rs) / 1e3
+        a["body"] += sum(r[3] - (r[2] or r[1]) for r in rs) / len(rs) / 1e3
+        ends = sorted(r[3] for r in rs)
+        a["tail"] += (end - ends[len(ends) // 2]) / 1e3
+        a["ringwait"] += sum(r[4] - 1 for r in rs) / len(rs) / 8 / 1e3
+        a["pieces"] += sum(r[5] - 1 for r in rs) / len(rs)
+        cnt[name] += 1
+        prev_end = end
+    print(f"persistent kernel: {len(phs)} phases ({n_layers} layers); first start to last end "
+          f"{(prev_end - first) / 1e3:.1f} us")
+    print(f"{'phase':10} {'n':>3} {'release':>8} {'stage':>7} {'body':>7} {'tail':>6} {'ringwait':>9} "
+          f"{'pieces':>7} {'span':>7}  us each; span summed")
+    tot = 0.0
+    for name in STEPS + ["lm_head"]:
+        if name not in cnt:
+            continue
+        n, a = cnt[name], agg[name]
+        tot += a["span"]
+        print(f"{name:10} {n:3d} {a['release']/n:8.2f} {a['stage']/n:7.2f} {a['body']/n:7.2f} {a['tail']/n:6.2f} "
+              f"{a['ringwait']/n:9.2f} {a['pieces']/n:7.1f} {a['span']/n:7.2f}  {a['span']:8.1f}")
+    print(f"{'sum':10} {'':3} {'':8} {'':7} {'':7} {'':6} {'':9} {'':7} {'':7}  {tot:8.1f}")
+    print("release: previous phase's last block done to this phase's first block past its wait; stage: x "
+          "staged; body: mean block time after staging; tail: last block minus the median; ringwait: "
+          "per warp, waiting for weight pieces; pieces: per block")
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     s->buf = (float **)calloc(p->n_bufs ? p->n_bufs : 1, sizeof(float *));
     if (!s->op_w || !s->op_freq || !s->op_kc || !s->op_vc || !s->buf) return cuda_failf(s, "out of memory");
     for (uint32_t i = 0; i < n; i++) s->op_w[i] = -1;
-    if (upload_weights(s) || upload_rope_tables(s) || alloc_state(s) || compile_steps(s)) return -1;
+    if (upload_weights(s) || upload_rope_tables(s) || alloc_state(s) || compile_steps(s) || stream_build(s))
+        return -1;
     if (prof_init(s)) return -1;
     return warm_up(s);
 }
@@ -284,6 +285,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     free(s->w);
     free(s->buf);
     free(s->steps);
+    free(s->sk_runs);
     free(s);
 }
 
@@ -305,10 +307,12 @@ static int trace_token(cuda_session *s) {
     CK(s, cudaMemset(n, 0, sizeof *n));
     CK(s, matvec_trace_arm(recs, n, TRACE_CAP));
     CK(s, attention_trace_arm(recs, n, TRACE_CAP));
+    CK(s, stream_trace_arm(recs, n, TRACE_CAP));
     if (exec_decode_graph(s)) return -1;
     CK(s, cudaStreamSynchronize(s->st));
     CK(s, matvec_trace_arm(NULL, NULL, 0));
     CK(s, attention_trace_arm(NULL, NULL, 0));
+    CK(s, stream_trace_arm(NULL, NULL, 0));
     unsigned int cnt = 0;
     CK(s, cudaMemcpy(&cnt, n, sizeof cnt, cudaMemcpyDeviceToHost));
     if (cnt > TRACE_CAP) cnt = TRACE_CAP;

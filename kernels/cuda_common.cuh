@@ -205,7 +205,7 @@ struct trace_rec {
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
     unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV = 2, TRACE_ATTN = 3 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
@@ -254,6 +254,7 @@ static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsig
 }
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
+cudaError_t stream_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 
 /* A kernel's timeline probe: compiled in with -DTHIN_CUDA_TRACE=1 (make CUDA_TRACE=1), empty
  * otherwise, so that a normal build's kernels carry no timer reads or trace checks. */
@@ -376,6 +377,9 @@ size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, i
 extern int thin_cuda_cluster;
 /* Shared-memory floats the attention launch needs for head group g (query heads per KV head). */
 size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, uint32_t n_splits);
+/* Query heads per KV head of the grouped kernel instance for a's shape (1, 2, 4 or 8), or 0 when
+ * the grouped kernel cannot take it. */
+int attn_group_max(const attn_args *a);
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

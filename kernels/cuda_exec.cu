@@ -1,9 +1,10 @@
 /*
  * cuda_exec.cu — runs the compiled steps for n rows (row i at position *d_pos + i).
  *
- * One row (decode): every linear group is one matvec launch with its fusions (the q, k, v group
- * also rotates q and k and stores k and v into the cache), and the whole step list plus the argmax
- * is captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
+ * One row (decode): runs of linear and attention steps go to the persistent kernel (stream.cu);
+ * otherwise every linear group is one matvec launch with its fusions (the q, k, v group also
+ * rotates q and k and stores k and v into the cache). The whole step list plus the argmax is
+ * captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
  * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
  * as their batched kernels.
@@ -29,31 +30,35 @@ static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     a->seg[2].cache = s->op_vc[at->op];
 }
 
-/* The matvec of a linear group for one row r; fuse: the decode's rope epilogue when planned. */
-static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
+void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a) {
     const plan *p = s->p;
-    mv_args a;
-    memset(&a, 0, sizeof a);
-    a.nseg = st->nseg;
-    a.pair = st->pair;
+    memset(a, 0, sizeof *a);
+    a->nseg = st->nseg;
+    a->pair = st->pair;
     for (int k = 0; k < st->nseg; k++) {
         const plan_op *o = &p->ops[st->lin[k]];
-        a.seg[k].w = s->w[s->op_w[st->lin[k]]];
-        a.seg[k].out = row_of(s, o->out, r);
+        a->seg[k].w = s->w[s->op_w[st->lin[k]]];
+        a->seg[k].out = row_of(s, o->out, r);
     }
     const plan_op *o0 = &p->ops[st->lin[0]];
     if (st->norm_op >= 0) {
         const plan_op *nm = &p->ops[st->norm_op];
         const dmat *nw = &s->w[s->op_w[st->norm_op]];
-        a.x = row_of(s, nm->in, r);
-        a.norm_w = nw->data;
-        a.norm_dtype = nw->dtype;
-        a.eps = nm->eps;
+        a->x = row_of(s, nm->in, r);
+        a->norm_w = nw->data;
+        a->norm_dtype = nw->dtype;
+        a->eps = nm->eps;
     } else {
-        a.x = row_of(s, o0->in, r);
+        a->x = row_of(s, o0->in, r);
     }
-    if (st->add_op >= 0) a.resid = row_of(s, p->ops[st->add_op].out, r);
-    if (fuse && st->attn_step >= 0) rope_epilogue(s, st, &a);
+    if (st->add_op >= 0) a->resid = row_of(s, p->ops[st->add_op].out, r);
+    if (fuse && st->attn_step >= 0) rope_epilogue(s, st, a);
+}
+
+/* The matvec of a linear group for one row r; fuse: the decode's rope epilogue when planned. */
+static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
+    mv_args a;
+    linear_args(s, st, r, fuse, &a);
     CK(s, launch_matvec(&a, s->n_sm, s->st));
     return 0;
 }
@@ -196,8 +201,16 @@ int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n) {
 }
 
 int exec_steps(cuda_session *s, uint32_t n, int lm_last) {
-    for (uint32_t i = 0; i < s->n_steps; i++)
-        if (run_step(s, &s->steps[i], n, lm_last)) return -1;
+    for (uint32_t i = 0; i < s->n_steps;) {
+        const stream_run *r = n == 1 ? stream_at(s, i) : NULL;
+        if (r) { /* one row: the persistent kernel takes the run */
+            if (stream_launch(s, r)) return -1;
+            i = stream_end(r);
+        } else {
+            if (run_step(s, &s->steps[i], n, lm_last)) return -1;
+            i++;
+        }
+    }
     return 0;
 }
 

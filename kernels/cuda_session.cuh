@@ -46,6 +46,7 @@ typedef struct step {
 } step;
 
 typedef struct cuda_prof cuda_prof;
+typedef struct stream_run stream_run;
 
 /* Pinned staging for weight uploads: NSTAGE buffers cycled, each guarded by an event. */
 #define NSTAGE 3
@@ -98,6 +99,11 @@ struct cuda_session {
     cuda_prof *prof;        /* env THIN_CUDA_PROFILE=1: decode timings, or NULL */
     uint32_t trace_at;      /* env THIN_CUDA_TRACE: the decode token to trace (from 1), or 0 */
     uint32_t n_decoded;     /* decode tokens run so far */
+    /* the persistent decode kernel (stream.cu): runs of steps it takes over for one row */
+    stream_run *sk_runs;
+    uint32_t n_sk_runs;
+    float *d_skpart;        /* its attention partials: max heads × splits × (head_dim + 2) */
+    unsigned int *d_skcnt;  /* its attention split counters (kept at zero) */
     /* device allocations to free */
     void **allocs;
     uint32_t n_allocs, cap_allocs;
@@ -116,7 +122,18 @@ int upload_rope_tables(cuda_session *s);
 /* cuda_compile.cu: the plan's ops as fused steps. */
 int compile_steps(cuda_session *s);
 
-/* cuda_exec.cu: runs every step for n rows (row 0 at *d_pos); lm_last: the linear into the logits
+/* stream.cu: finds the runs of decode steps the persistent kernel can take (none with env
+ * THIN_CUDA_STREAM=0 or THIN_CUDA_FUSE=0, or before sm_90) and uploads their phases. */
+int stream_build(cuda_session *s);
+/* The run that starts at step i, or NULL; the step after it; its launch for one row. */
+const stream_run *stream_at(const cuda_session *s, uint32_t i);
+uint32_t stream_end(const stream_run *r);
+int stream_launch(cuda_session *s, const stream_run *r);
+
+/* cuda_exec.cu: the matvec arguments of linear step st for row r (fuse: with the decode's rope
+ * and KV-store epilogue when planned). */
+void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a);
+/* Runs every step for n rows (row 0 at *d_pos); lm_last: the linear into the logits
  * buffer runs for the last row only. */
 int exec_steps(cuda_session *s, uint32_t n, int lm_last);
 /* Runs steps [from, to) for n rows (no lm_last). */

@@ -8,82 +8,10 @@
  * F32, optionally through a fused RMSNorm; epilogues add the residual or apply the SiLU gate.
  * CPU twin: op_matvec (+ op_rmsnorm, op_add, op_silu_mul) in ops_cpu.c.
  */
-#include "cuda_common.cuh"
+#include "matvec_dev.cuh"
 
 #define MV_WARPS 8
 #define MV_UNROLL 8
-
-/* x is staged in shared memory in planes of float4 (see stage_x): the j-th float4 of vector v
- * lies at xs[j * ps + 4 * v], so the lanes of a warp, which take consecutive vectors, read
- * consecutive 16-byte words of a plane (no bank conflicts whatever the dtype's width). */
-template <int DT>
-struct vec_of {
-    static constexpr uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-};
-
-/* Shared-memory index of element i of x (vectors of EPV elements, planes ps floats apart). */
-template <int DT>
-__device__ __forceinline__ uint32_t x_index(uint32_t i, uint32_t ps) {
-    constexpr uint32_t EPV = vec_of<DT>::epv;
-    return ((i % EPV) >> 2) * ps + (i / EPV) * 4 + (i & 3);
-}
-
-/* Dot product of 16 bytes of weights (EPV elements of DT) with the EPV floats of x of that vector
- * (xs: its first float4; the others follow ps floats apart). */
-template <int DT>
-__device__ __forceinline__ float dot16(uint4 w, const float *xs, uint32_t ps) {
-    float s = 0.0f;
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    if (DT == THIN_DTYPE_BF16) {
-        const float4 a = *(const float4 *)xs, b = *(const float4 *)(xs + ps);
-        s = fmaf(__uint_as_float(u[0] << 16), a.x, s);
-        s = fmaf(__uint_as_float(u[0] & 0xffff0000u), a.y, s);
-        s = fmaf(__uint_as_float(u[1] << 16), a.z, s);
-        s = fmaf(__uint_as_float(u[1] & 0xffff0000u), a.w, s);
-        s = fmaf(__uint_as_float(u[2] << 16), b.x, s);
-        s = fmaf(__uint_as_float(u[2] & 0xffff0000u), b.y, s);
-        s = fmaf(__uint_as_float(u[3] << 16), b.z, s);
-        s = fmaf(__uint_as_float(u[3] & 0xffff0000u), b.w, s);
-    } else if (DT == THIN_DTYPE_F16) {
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const float4 a = *(const float4 *)(xs + j * ps);
-            float2 f0 = __half22float2(*(const __half2 *)&u[2 * j]);
-            float2 f1 = __half22float2(*(const __half2 *)&u[2 * j + 1]);
-            s = fmaf(f0.x, a.x, s);
-            s = fmaf(f0.y, a.y, s);
-            s = fmaf(f1.x, a.z, s);
-            s = fmaf(f1.y, a.w, s);
-        }
-    } else if (DT == THIN_DTYPE_F8_E4M3) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float4 a = *(const float4 *)(xs + j * ps);
-            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
-            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
-            float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
-            s = fmaf(fl.x, a.x, s);
-            s = fmaf(fl.y, a.y, s);
-            s = fmaf(fh.x, a.z, s);
-            s = fmaf(fh.y, a.w, s);
-        }
-    } else { /* F32 */
-        const float4 a = *(const float4 *)xs;
-        s = fmaf(__uint_as_float(u[0]), a.x, s);
-        s = fmaf(__uint_as_float(u[1]), a.y, s);
-        s = fmaf(__uint_as_float(u[2]), a.z, s);
-        s = fmaf(__uint_as_float(u[3]), a.w, s);
-    }
-    return s;
-}
-
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 /* A batch: HB vectors per lane (32 apart, from vector `base`) of each of NR rows. */
 template <int NR, int HB>
@@ -112,53 +40,6 @@ __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t bas
     }
 }
 
-#define MV_XPRE 8 /* x elements per thread loaded at once; norm weights preloaded per thread */
-
-/* This thread's first MV_XPRE norm weights (elements tid + k * blockDim), loaded before waiting
- * for the previous kernel since weights do not depend on it. */
-__device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, float (&nw)[MV_XPRE]) {
-#pragma unroll
-    for (int k = 0; k < MV_XPRE; k++) {
-        const uint32_t i = threadIdx.x + k * blockDim.x;
-        nw[k] = a.norm_w && i < cols ? load_elem(a.norm_w, a.norm_dtype, i) : 0.0f;
-    }
-}
-
-/* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch,
- * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). */
-template <int DT>
-__device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
-                                        float *red, const float (&nw)[MV_XPRE]) {
-    const uint32_t ps = pitch / vec_of<DT>::epv * 4;
-    float ss = 0.0f;
-    for (uint32_t i0 = threadIdx.x; i0 < pitch; i0 += MV_XPRE * blockDim.x) {
-        float v[MV_XPRE];
-#pragma unroll
-        for (int k = 0; k < MV_XPRE; k++) {
-            const uint32_t i = i0 + k * blockDim.x;
-            v[k] = i < cols ? __ldcg(a.x + i) : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < MV_XPRE; k++) {
-            const uint32_t i = i0 + k * blockDim.x;
-            if (i < pitch) xs[x_index<DT>(i, ps)] = v[k];
-            ss += v[k] * v[k];
-        }
-    }
-    if (a.norm_w) {
-        float tot = block_sum(ss, red);
-        float inv = 1.0f / sqrtf(tot / (float)cols + a.eps);
-#pragma unroll
-        for (int k = 0; k < MV_XPRE; k++) {
-            const uint32_t i = threadIdx.x + k * blockDim.x;
-            if (i < cols) xs[x_index<DT>(i, ps)] = nw[k] * (inv * xs[x_index<DT>(i, ps)]);
-        }
-        for (uint32_t i = threadIdx.x + MV_XPRE * blockDim.x; i < cols; i += blockDim.x)
-            xs[x_index<DT>(i, ps)] = load_elem(a.norm_w, a.norm_dtype, i) * (inv * xs[x_index<DT>(i, ps)]);
-    }
-    __syncthreads();
-}
-
 /* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged. */
 template <int DT>
 __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
@@ -168,98 +49,6 @@ __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, floa
     pdl_wait();
     kt.waited();
     stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
-}
-
-__device__ __forceinline__ const uint4 *row_ptr(const dmat &w, uint32_t r) {
-    size_t esz = w.dtype == THIN_DTYPE_F32 ? 4 : w.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-    return (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
-}
-
-/* Row pointers of logical row (unit) r: the pair's gate and up rows; with rope, rows a and
- * a + head_dim/2 of one head of segment *seg; else the segment's row. *rr: row a in the segment. */
-template <int NR>
-__device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint4 **rows, int *seg,
-                                        uint32_t *rr) {
-    int s = 0;
-    if constexpr (NR == 2) {
-        uint32_t row = r, off = 0;
-        if (a.rope) {
-            const uint32_t half = a.head_dim / 2;
-            while (s + 1 < a.nseg && r >= a.seg[s].w.rows / 2) r -= a.seg[s++].w.rows / 2;
-            row = (r / half) * a.head_dim + r % half;
-            off = half;
-        }
-        rows[0] = row_ptr(a.seg[s].w, row);
-        rows[1] = a.rope ? row_ptr(a.seg[s].w, row + off) : row_ptr(a.seg[1].w, row);
-        *seg = s;
-        *rr = row;
-    } else {
-        while (s + 1 < a.nseg && r >= a.seg[s].w.rows) r -= a.seg[s++].w.rows;
-        rows[0] = row_ptr(a.seg[s].w, r);
-        *seg = s;
-        *rr = r;
-    }
-}
-
-/* The rotation (cos, sin) of rows (rr, rr + half) of segment s at *pos, or (1, 0) when the
- * segment has no frequency table. Computed as soon as the rows are known, so that its double
- * precision sincos runs while the row's weights are in flight. */
-__device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr) {
-    const mv_seg &g = a.seg[s];
-    if (!g.freq) return make_float2(1.0f, 0.0f);
-    const uint32_t i = (uint32_t)((g.w.row0 + rr) % a.head_dim);
-    double sn, cs;
-    sincos((double)*a.pos * g.freq[i], &sn, &cs);
-    return make_float2((float)cs, (float)sn);
-}
-
-/* Rope epilogue: rows (rr, rr + half) of segment s, rotated by rot (as op_rope), written out and
- * into the segment's cache row *pos. */
-template <int DT>
-__device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
-                                           float2 rot) {
-    const mv_seg &g = a.seg[s];
-    const uint32_t half = a.head_dim / 2;
-    if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) {
-        x0 *= g.w.scale[rr];
-        x1 *= g.w.scale[rr + half];
-    }
-    const int32_t pos = *a.pos;
-    float y0 = x0, y1 = x1;
-    if (g.freq) {
-        y0 = x0 * rot.x - x1 * rot.y;
-        y1 = x0 * rot.y + x1 * rot.x;
-    }
-    g.out[rr] = y0;
-    g.out[rr + half] = y1;
-    if (g.cache) {
-        const size_t o = (size_t)pos * g.w.rows + rr;
-        store_kv(g.cache, a.kv_dtype, o, y0);
-        store_kv(g.cache, a.kv_dtype, o + half, y1);
-    }
-}
-
-template <int DT, int NR>
-__device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
-                                          float2 rot) {
-    if (NR == 2 && a.rope) {
-        store_rope<DT>(a, s, rr, acc[0], acc[1], rot);
-        return;
-    }
-    if (NR == 2) {
-        float g = acc[0], u = acc[1];
-        if (DT == THIN_DTYPE_F8_E4M3) {
-            if (a.seg[0].w.scale) g *= a.seg[0].w.scale[rr];
-            if (a.seg[1].w.scale) u *= a.seg[1].w.scale[rr];
-        }
-        a.seg[1].out[rr] = u;
-        a.seg[0].out[rr] = silu_f(g) * u;
-        return;
-    }
-    float y = acc[0];
-    if (DT == THIN_DTYPE_F8_E4M3 && a.seg[s].w.scale) y *= a.seg[s].w.scale[rr];
-    a.seg[s].out[rr] = y;
-    if (a.resid) a.resid[rr] += y;
 }
 
 /* Persistent warps: each takes units (rows, or row pairs) r, r + all warps, ...: loads HB vectors

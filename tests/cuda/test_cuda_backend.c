@@ -18,7 +18,8 @@
 #include "../../tools/thin-run/exec_cpu.h"
 #include "ops.h"
 
-enum { V = 1000, L = 2, CTX = 600 };
+enum { L = 2, CTX = 600 };
+static uint32_t V = 1000;
 static uint32_t I = 688;
 /* Attention shape of the case being run (set by run_case). */
 static uint32_t H = 256, NH = 8, NKV = 2, HD = 32, KV = 64;
@@ -283,6 +284,11 @@ int main(void) {
     run_case("32-position splits BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     run_case("32-position splits F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     unsetenv("THIN_CUDA_ATTN_CHUNK");
+    /* An odd vocabulary: the persistent decode kernel takes the LM head's rows one per unit
+     * instead of in neighbouring pairs. */
+    V = 999;
+    run_case("odd vocab BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    run_case("odd vocab BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }

@@ -1,0 +1,610 @@
+/*
+ * stream.cu — the decode step's layers as one persistent kernel that streams the weights.
+ *
+ * A token's decode reads every weight once, so its speed is the rate at which the weights come in
+ * from memory. Run as one kernel per op, each op boundary drains the memory pipe: the last blocks
+ * of a matvec finish alone, the next kernel's blocks wait for registers, and the attention (a few
+ * kilobytes of K and V) leaves the memory idle for microseconds per layer. Here one kernel runs a
+ * run of decode steps (matvecs with their fusions, and attention) as phases, with one block per
+ * SM, and the weights never stop flowing:
+ *
+ * - Each of the block's 8 warps owns a ring of SK_SLOTS slots of shared memory, SK_SLOT bytes
+ *   each, with one mbarrier per slot. Its lane 0 requests pieces of the weight rows the warp will
+ *   need, in the order it will use them, by bulk asynchronous copies (cp.async.bulk, the TMA's
+ *   one-dimensional form) into the next free slot, and re-fills a slot as soon as the warp has
+ *   used it. The sequence runs across phases: while a warp waits for the previous phase to
+ *   finish, or computes attention, its ring already holds the next matrices' first pieces. Up to
+ *   8 × SK_SLOTS × SK_SLOT bytes are in flight per SM, whatever the registers.
+ * - Phases follow each other through counters in global memory: when a block has done its part
+ *   of a phase it adds one to the phase's counter (after a fence), and a block starts a phase once
+ *   the previous phase's counter holds every block. Only activations wait; weights do not depend
+ *   on them. The last block to leave resets the counters for the next launch.
+ * - A matvec phase works in units of one or two rows (a gate/up pair, rows i and i + head_dim/2
+ *   of a head for the rope epilogue, or two neighbouring rows, which share each x element read
+ *   from shared memory); each block takes a contiguous range of units (so every SM streams the
+ *   same bytes) and its warps take them in turn. x is staged per block in shared memory as in
+ *   matvec.cu (with the fused RMSNorm), and the epilogues are those of matvec.cu.
+ * - An attention phase runs the grouped attention (attn_dev.cuh) over (KV head, split) units, one
+ *   per block at a time, in the space x is staged in; the last split of a head combines them.
+ *
+ * The grid is one block per SM and every block must be resident at once (the phase waits spin):
+ * the kernel is launched with exactly the SM count, each block taking most of an SM's shared
+ * memory. BF16 and FP8 weights; runs are made by stream_build from the compiled steps, and
+ * env THIN_CUDA_STREAM=0 turns it off (each step then runs as its own kernels, as for prefill).
+ */
+#include <string.h>
+
+#include "attn_dev.cuh"
+#include "cuda_session.cuh"
+#include "matvec_dev.cuh"
+
+#define SK_WARPS 8
+#define SK_THREADS (SK_WARPS * 32)
+#define SK_SLOT 4096u      /* bytes per ring slot (default): one piece of each row of a unit */
+#define SK_SLOTS_MAX 8
+#define SK_SMEM_MAX (226u * 1024u) /* of the 227 KiB a block may have, some left for static data */
+
+enum { SK_MV = 1, SK_ATTN = 2 };
+
+/* One phase of a run (built on the host, read by every block). */
+struct sk_phase {
+    int kind;            /* SK_MV or SK_ATTN */
+    int dtype;           /* MV: the weights' dtype (BF16 or F8_E4M3) */
+    int nr;              /* MV: rows per unit, 1 or 2 */
+    uint32_t units;      /* MV: units of nr rows; ATTN: KV heads × splits */
+    uint32_t row_bytes;  /* MV: bytes per stored row */
+    uint32_t piece;      /* MV: bytes of each row per ring slot (a multiple of 16) */
+    uint32_t pieces;     /* MV: slots per unit */
+    mv_args mv;
+    attn_args at;
+};
+
+/* ---- mbarriers and bulk copies (sm_90) ---- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* Arrives on b, announcing `bytes` of copies that complete its phase. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+/* Waits until the phase of b with the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred P1;\n"
+                 "SK_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@P1 bra SK_DONE;\n\t"
+                 "bra SK_WAIT;\n"
+                 "SK_DONE:\n\t}" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+/* Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+ * completing on b; weights are read once per token, so they are marked first to leave L2. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *b, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+    uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
+__device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* ---- the weight stream ---- */
+
+/* First unit of block b's contiguous share of `units`. */
+__device__ __forceinline__ uint32_t sk_lo(uint32_t units, uint32_t b) {
+    return (uint32_t)((uint64_t)units * b / gridDim.x);
+}
+
+/* Row pointers of unit u of an MV phase: nr rows (see sk_phase), its segment and first row. */
+__device__ __forceinline__ void sk_rows(const sk_phase &P, uint32_t u, const uint4 **rows, int *seg,
+                                        uint32_t *rr) {
+    if (P.mv.rope || P.mv.pair) {
+        rows_of<2>(P.mv, u, rows, seg, rr);
+    } else if (P.nr == 2) {
+        rows_of<1>(P.mv, 2 * u, rows, seg, rr);
+        rows[1] = (const uint4 *)((const uint8_t *)rows[0] + P.row_bytes);
+    } else {
+        rows_of<1>(P.mv, u, rows, seg, rr);
+    }
+}
+
+/* A warp's place in its sequence of pieces: phase, unit, piece of the unit. */
+struct sk_it {
+    int ph;
+    uint32_t u, pc;
+};
+
+/* Moves it to this warp's first unit in a phase >= ph (it.ph = nph when there is none). */
+__device__ __forceinline__ void sk_seek(const sk_phase *P, int nph, int ph, sk_it &it) {
+    const uint32_t w = threadIdx.x >> 5;
+    for (; ph < nph; ph++) {
+        if (P[ph].kind != SK_MV) continue;
+        const uint32_t u = sk_lo(P[ph].units, blockIdx.x) + w;
+        if (u < sk_lo(P[ph].units, blockIdx.x + 1)) {
+            it.ph = ph, it.u = u, it.pc = 0;
+            return;
+        }
+    }
+    it.ph = nph;
+}
+
+__device__ __forceinline__ void sk_advance(const sk_phase *P, int nph, sk_it &it) {
+    if (++it.pc < P[it.ph].pieces) return;
+    it.pc = 0;
+    it.u += SK_WARPS;
+    if (it.u < sk_lo(P[it.ph].units, blockIdx.x + 1)) return;
+    sk_seek(P, nph, it.ph + 1, it);
+}
+
+/* Lane 0: requests the piece at it (when there is one) into slot, completing on bar. */
+__device__ __forceinline__ void sk_issue(const sk_phase *P, int nph, const sk_it &it, uint8_t *slot,
+                                         uint64_t *bar, uint64_t pol) {
+    if (it.ph >= nph) return;
+    const sk_phase &ph = P[it.ph];
+    const uint4 *rows[2];
+    int seg;
+    uint32_t rr;
+    sk_rows(ph, it.u, rows, &seg, &rr);
+    const uint32_t off = it.pc * ph.piece, len = min(ph.piece, ph.row_bytes - off);
+    mbar_expect_tx(bar, len * (uint32_t)ph.nr);
+    for (int j = 0; j < ph.nr; j++) bulk_load(slot + j * ph.piece, (const uint8_t *)rows[j] + off, len, bar, pol);
+}
+
+/* The per-warp ring: slots, their barriers, the pieces used so far and the request cursor. */
+struct sk_ring {
+    uint8_t *slots;   /* this warp's n slots of SK_SLOT bytes */
+    uint64_t *bar;    /* n barriers */
+    uint32_t n;       /* slots */
+    uint32_t sb;      /* bytes per slot */
+    uint32_t used;    /* pieces consumed */
+    sk_it next;       /* the next piece to request */
+    uint64_t pol;
+#if THIN_CUDA_TRACE
+    unsigned long long waited; /* ns spent waiting for pieces (timeline builds) */
+#endif
+};
+
+/* Waits for the next piece; returns its slot. */
+__device__ __forceinline__ const uint8_t *ring_wait(sk_ring &r) {
+    const uint32_t k = r.used % r.n;
+#if THIN_CUDA_TRACE
+    const unsigned long long t = gtimer();
+#endif
+    mbar_wait(&r.bar[k], (r.used / r.n) & 1u);
+#if THIN_CUDA_TRACE
+    r.waited += gtimer() - t;
+#endif
+    return r.slots + (size_t)k * r.sb;
+}
+
+/* The piece just waited for is used up: its slot takes the next request. */
+__device__ __forceinline__ void ring_release(sk_ring &r, const sk_phase *P, int nph) {
+    const uint32_t k = r.used % r.n;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) sk_issue(P, nph, r.next, r.slots + (size_t)k * r.sb, &r.bar[k], r.pol);
+    if (r.next.ph < nph) sk_advance(P, nph, r.next);
+    r.used++;
+}
+
+/* ---- phases ---- */
+
+/* This block's part of an MV phase: x staged (the block's threads), then each warp's units. */
+template <int DT, int NR>
+__device__ void sk_matvec(const sk_phase *P, int nph, int ph, sk_ring &ring, float *xs, float *red,
+                          const float (&nw)[MV_XPRE], unsigned long long *staged) {
+    const sk_phase &p = P[ph];
+    const mv_args &a = p.mv;
+    stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
+#if THIN_CUDA_TRACE
+    if (threadIdx.x == 0) *staged = gtimer();
+#else
+    (void)staged;
+#endif
+    const uint32_t ps = a.seg[0].w.pitch / vec_of<DT>::epv * 4, lane = threadIdx.x & 31;
+    const uint32_t hi = sk_lo(p.units, blockIdx.x + 1);
+    for (uint32_t u = sk_lo(p.units, blockIdx.x) + (threadIdx.x >> 5); u < hi; u += SK_WARPS) {
+        const uint4 *rows[2];
+        int seg;
+        uint32_t rr;
+        sk_rows(p, u, rows, &seg, &rr);
+        float2 rot = make_float2(1.0f, 0.0f);
+        if (a.rope && lane == 0) rot = rope_rot(a, seg, rr);
+        float acc[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++) acc[j] = 0.0f;
+        for (uint32_t pc = 0; pc < p.pieces; pc++) {
+            const uint8_t *slot = ring_wait(ring);
+            const uint32_t off = pc * p.piece, nv = min(p.piece, p.row_bytes - off) / 16;
+            const uint32_t v0 = off / 16; /* first vector of the piece in its row */
+            for (uint32_t k = lane; k < nv; k += 32) {
+                const float *xv = xs + 4 * (v0 + k);
+#pragma unroll
+                for (int j = 0; j < NR; j++)
+                    acc[j] += dot16<DT>(((const uint4 *)(slot + j * p.piece))[k], xv, ps);
+            }
+            ring_release(ring, P, nph);
+        }
+#pragma unroll
+        for (int j = 0; j < NR; j++) acc[j] = warp_sum(acc[j]);
+        if (lane == 0) {
+            if (a.rope || a.pair) {
+                store_row<DT, 2>(a, seg, rr, acc, rot);
+            } else {
+#pragma unroll
+                for (int j = 0; j < NR; j++) store_row<DT, 1>(a, seg, rr + j, acc + j, rot);
+            }
+        }
+    }
+}
+
+template <int DT>
+__device__ __forceinline__ void sk_matvec_nr(const sk_phase *P, int nph, int ph, sk_ring &ring, float *xs,
+                                             float *red, const float (&nw)[MV_XPRE], unsigned long long *staged) {
+    if (P[ph].nr == 2) sk_matvec<DT, 2>(P, nph, ph, ring, xs, red, nw, staged);
+    else sk_matvec<DT, 1>(P, nph, ph, ring, xs, red, nw, staged);
+}
+
+#if THIN_CUDA_TRACE
+/* Timeline (make CUDA_TRACE=1): one record per block and phase: t0 the phase's start, t1 its
+ * wait for the previous phase over, m0 x staged, t2 the block's part done; m1 the ns its warps
+ * waited for weight pieces, summed; m2 the pieces it used. */
+#define SK_TRACE(...) __VA_ARGS__
+#else
+#define SK_TRACE(...)
+#endif
+
+/* One block per SM; dynamic shared memory: the rings' barriers, then x (or the attention's
+ * scratch, xs_floats floats), then the rings. ctr: nph + 1 counters, zero at launch and left at
+ * zero. */
+template <int KDT, int GM>
+__global__ void __launch_bounds__(SK_THREADS, 1)
+    stream_kernel(const sk_phase *__restrict__ P, int nph, unsigned int *ctr, uint32_t n_slots,
+                  uint32_t slot_bytes, uint32_t xs_floats) {
+    extern __shared__ __align__(128) uint8_t sk_smem[];
+    __shared__ float red[32];
+    __shared__ int last;
+    __shared__ unsigned long long staged;
+    SK_TRACE(__shared__ unsigned long long waited_ns; __shared__ unsigned int pieces;
+             trace_rec *tr = trace_armed(); unsigned long long tt0 = 0, tt1 = 0;
+             if (threadIdx.x == 0) waited_ns = 0, pieces = 0;)
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint64_t *bars = (uint64_t *)sk_smem;
+    float *xs = (float *)(sk_smem + 128 * ((SK_WARPS * SK_SLOTS_MAX * 8 + 127) / 128));
+    uint8_t *ring_base = (uint8_t *)(xs + (xs_floats + 31) / 32 * 32);
+    sk_ring ring;
+    ring.n = n_slots;
+    ring.sb = slot_bytes;
+    ring.slots = ring_base + (size_t)warp * n_slots * slot_bytes;
+    ring.bar = bars + warp * SK_SLOTS_MAX;
+    ring.used = 0;
+    ring.pol = evict_first_policy();
+    SK_TRACE(ring.waited = 0; uint32_t used0 = 0;)
+    if (lane < n_slots) mbar_init(&ring.bar[lane], 1);
+    mbar_init_fence();
+    __syncthreads();
+    /* Fill the ring before anything waits: weights do not depend on the previous kernel. */
+    sk_seek(P, nph, 0, ring.next);
+    for (uint32_t k = 0; k < n_slots; k++) {
+        if (lane == 0) sk_issue(P, nph, ring.next, ring.slots + (size_t)k * ring.sb, &ring.bar[k], ring.pol);
+        if (ring.next.ph < nph) sk_advance(P, nph, ring.next);
+    }
+    pdl_trigger();
+    pdl_wait();
+    for (int ph = 0; ph < nph; ph++) {
+        const sk_phase &p = P[ph];
+        float nw[MV_XPRE];
+        if (p.kind == SK_MV) preload_norm(p.mv, p.mv.seg[0].w.cols, nw);
+        SK_TRACE(tt0 = gtimer(); if (threadIdx.x == 0) staged = 0;)
+        if (ph > 0) { /* every block has finished the previous phase (and so all before it) */
+            if (threadIdx.x == 0)
+                while (ld_acquire(&ctr[ph - 1]) < gridDim.x) {
+                }
+            __syncthreads();
+        }
+        SK_TRACE(tt1 = gtimer();)
+        if (p.kind == SK_MV) {
+            if (p.dtype == THIN_DTYPE_BF16) sk_matvec_nr<THIN_DTYPE_BF16>(P, nph, ph, ring, xs, red, nw, &staged);
+            else sk_matvec_nr<THIN_DTYPE_F8_E4M3>(P, nph, ph, ring, xs, red, nw, &staged);
+        } else {
+            for (uint32_t u = blockIdx.x; u < p.units; u += gridDim.x) {
+                __syncthreads(); /* the scratch of the previous unit is free */
+                ag_unit<KDT, GM>(p.at, u % p.at.n_kv, u / p.at.n_kv, 0, xs, &last);
+            }
+        }
+        SK_TRACE(if (lane == 0) {
+            atomicAdd(&waited_ns, ring.waited);
+            atomicAdd(&pieces, ring.used - used0);
+        } ring.waited = 0;
+                 used0 = ring.used;)
+        __syncthreads(); /* the block's writes are done; x is free for the next phase */
+        if (threadIdx.x == 0) {
+            SK_TRACE(const unsigned long long mk[3] = {staged, waited_ns + 1, (unsigned long long)pieces + 1};
+                     trace_block(tr, TRACE_STREAM | (unsigned)ph << 8, tt0, tt1, mk, 3); waited_ns = 0;
+                     pieces = 0;)
+            __threadfence();
+            atomicAdd(&ctr[ph], 1u);
+        }
+    }
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&ctr[nph], 1u) == gridDim.x - 1) { /* the last block out: all waits are over */
+            for (int i = 0; i <= nph; i++) ctr[i] = 0;
+            __threadfence();
+        }
+    }
+}
+
+/* ---- host ---- */
+
+
+struct stream_run {
+    uint32_t from, to;    /* steps [from, to) */
+    sk_phase *d_ph;
+    int nph;
+    unsigned int *d_ctr;
+    uint32_t n_slots, slot, xs_floats;
+    size_t smem;
+    int kdt, gm;
+};
+
+template <int KDT, int GM>
+static cudaError_t sk_launch_t(const stream_run *r, int n_sm, cudaStream_t st) {
+    static size_t set_smem[2][4];
+    const int ki = KDT == THIN_DTYPE_BF16, gi = GM == 1 ? 0 : GM == 2 ? 1 : GM == 4 ? 2 : 3;
+    if (r->smem > set_smem[ki][gi]) {
+        cudaError_t e = cudaFuncSetAttribute(stream_kernel<KDT, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)r->smem);
+        if (e != cudaSuccess) return e;
+        set_smem[ki][gi] = r->smem;
+    }
+    return launch_k(stream_kernel<KDT, GM>, dim3(n_sm), dim3(SK_THREADS), r->smem, st, (const sk_phase *)r->d_ph,
+                    r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats);
+}
+
+template <int KDT>
+static cudaError_t sk_launch_k(const stream_run *r, int n_sm, cudaStream_t st) {
+    switch (r->gm) {
+    case 1: return sk_launch_t<KDT, 1>(r, n_sm, st);
+    case 2: return sk_launch_t<KDT, 2>(r, n_sm, st);
+    case 4: return sk_launch_t<KDT, 4>(r, n_sm, st);
+    default: return sk_launch_t<KDT, 8>(r, n_sm, st);
+    }
+}
+
+static cudaError_t sk_launch(const stream_run *r, int n_sm, cudaStream_t st) {
+    if (r->kdt == THIN_DTYPE_BF16) return sk_launch_k<THIN_DTYPE_BF16>(r, n_sm, st);
+    return sk_launch_k<THIN_DTYPE_F32>(r, n_sm, st);
+}
+
+template <int KDT, int GM>
+static int sk_blocks_per_sm(size_t smem) {
+    int n = 0;
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<KDT, GM>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, stream_kernel<KDT, GM>, SK_THREADS, smem) != cudaSuccess)
+        return 0;
+    return n;
+}
+
+static int sk_fits(int kdt, int gm, size_t smem) {
+    int n = 0;
+#define SK_FIT(K, G) \
+    if (kdt == K && gm == G) n = sk_blocks_per_sm<K, G>(smem);
+    SK_FIT(THIN_DTYPE_BF16, 1)
+    SK_FIT(THIN_DTYPE_BF16, 2)
+    SK_FIT(THIN_DTYPE_BF16, 4)
+    SK_FIT(THIN_DTYPE_BF16, 8)
+    SK_FIT(THIN_DTYPE_F32, 1)
+    SK_FIT(THIN_DTYPE_F32, 2)
+    SK_FIT(THIN_DTYPE_F32, 4)
+    SK_FIT(THIN_DTYPE_F32, 8)
+#undef SK_FIT
+    (void)cudaGetLastError();
+    return n >= 1;
+}
+
+/* Phase of a linear step, or 0 when the stream cannot run it. xs: floats its x needs. */
+static int mv_phase(const cuda_session *s, const step *st, uint32_t slot, sk_phase *ph, uint32_t *xs) {
+    const dmat *w0 = &s->w[s->op_w[st->lin[0]]];
+    if (w0->dtype != THIN_DTYPE_BF16 && w0->dtype != THIN_DTYPE_F8_E4M3) return 0;
+    if (st->nseg < 1 || (st->pair && st->nseg != 2)) return 0;
+    memset(ph, 0, sizeof *ph);
+    ph->kind = SK_MV;
+    ph->dtype = w0->dtype;
+    linear_args(s, st, 0, 1, &ph->mv);
+    const mv_args *a = &ph->mv;
+    uint32_t total = 0;
+    int even = 1;
+    for (int k = 0; k < (a->pair ? 1 : a->nseg); k++) {
+        total += a->seg[k].w.rows;
+        even &= a->seg[k].w.rows % 2 == 0;
+    }
+    if (a->rope || a->pair) {
+        ph->nr = 2;
+        ph->units = a->rope ? total / 2 : total;
+    } else {
+        ph->nr = even ? 2 : 1;
+        ph->units = total / (uint32_t)ph->nr;
+    }
+    ph->row_bytes = w0->pitch * (uint32_t)thin_dtype_size((thin_dtype)w0->dtype);
+    ph->piece = slot / (uint32_t)ph->nr / 16 * 16;
+    if (ph->row_bytes < ph->piece) ph->piece = ph->row_bytes;
+    ph->pieces = (ph->row_bytes + ph->piece - 1) / ph->piece;
+    *xs = w0->pitch;
+    return ph->units > 0 && ph->row_bytes % 16 == 0;
+}
+
+/* Phase of a decode attention step, or 0 when the stream cannot run it. */
+static int attn_phase(const cuda_session *s, const step *st, uint32_t n_splits, sk_phase *ph, uint32_t *xs,
+                      int *gm) {
+    const plan *p = s->p;
+    const plan_op *o = &p->ops[st->op];
+    if (!st->kv_fused) return 0;
+    memset(ph, 0, sizeof *ph);
+    ph->kind = SK_ATTN;
+    attn_args *t = &ph->at;
+    t->q = s->buf[o->q];
+    t->ldq = (uint32_t)p->buf_sizes[o->q];
+    t->kcache = s->op_kc[st->op];
+    t->vcache = s->op_vc[st->op];
+    t->kv_dtype = p->kv_dtype;
+    t->out = s->buf[o->out];
+    t->ldo = (uint32_t)p->buf_sizes[o->out];
+    t->n_heads = o->n_heads;
+    t->n_kv = o->n_kv_heads;
+    t->head_dim = o->head_dim;
+    t->n_splits = n_splits;
+    uint32_t c = (s->max_ctx + n_splits - 1) / n_splits;
+    t->chunk_max = c < ATTN_MIN_CHUNK ? ATTN_MIN_CHUNK : c;
+    t->partial = s->d_skpart;
+    t->counter = s->d_skcnt;
+    t->pos = s->d_pos;
+    *gm = attn_group_max(t);
+    ph->units = t->n_kv * n_splits;
+    *xs = (uint32_t)ag_smem_floats(t->head_dim, t->n_heads / t->n_kv, t->chunk_max, n_splits, SK_WARPS);
+    return *gm > 0;
+}
+
+static int step_streams(const cuda_session *s, const step *st) {
+    return st->kind == STEP_LINEAR || (st->kind == STEP_ATTN && st->kv_fused);
+}
+
+int stream_build(cuda_session *s) {
+    const char *e = getenv("THIN_CUDA_STREAM");
+    if ((e && strcmp(e, "0") == 0) || !thin_cuda_fuse) return 0;
+    const char *se = getenv("THIN_CUDA_SK_SLOT"); /* bytes per ring slot, for measurements */
+    uint32_t slot = se && atoi(se) >= 512 ? (uint32_t)atoi(se) / 512 * 512 : SK_SLOT;
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major < 9) return 0;
+    const plan *p = s->p;
+    /* Attention splits: about one (KV head, split) unit per SM. */
+    uint32_t maxh = 1, maxhd = 1, min_kv = UINT32_MAX;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        if (o->kind != PLAN_ATTENTION) continue;
+        maxh = o->n_heads > maxh ? o->n_heads : maxh;
+        maxhd = o->head_dim > maxhd ? o->head_dim : maxhd;
+        min_kv = o->n_kv_heads < min_kv ? o->n_kv_heads : min_kv;
+    }
+    uint32_t ns = min_kv == UINT32_MAX ? 1 : ((uint32_t)s->n_sm + min_kv - 1) / min_kv;
+    if (ns < 1) ns = 1;
+    if (min_kv != UINT32_MAX) {
+        if (cuda_alloc(s, (void **)&s->d_skpart, (size_t)maxh * ns * (maxhd + 2) * sizeof(float)) ||
+            cuda_alloc(s, (void **)&s->d_skcnt, (size_t)maxh * sizeof(unsigned int)))
+            return -1;
+        CK(s, cudaMemset(s->d_skcnt, 0, (size_t)maxh * sizeof(unsigned int)));
+    }
+    s->sk_runs = (stream_run *)calloc(s->n_steps ? s->n_steps : 1, sizeof(stream_run));
+    sk_phase *ph = (sk_phase *)calloc(s->n_steps ? s->n_steps : 1, sizeof(sk_phase));
+    if (!s->sk_runs || !ph) {
+        free(ph);
+        return cuda_failf(s, "out of memory");
+    }
+    uint32_t i = 0;
+    while (i < s->n_steps) {
+        if (!step_streams(s, &s->steps[i])) {
+            i++;
+            continue;
+        }
+        stream_run r;
+        memset(&r, 0, sizeof r);
+        r.from = i;
+        r.kdt = p->kv_dtype;
+        r.gm = 0;
+        uint32_t xs = 1, j = i;
+        for (; j < s->n_steps && step_streams(s, &s->steps[j]); j++) {
+            uint32_t need = 0;
+            int gm = 0, ok;
+            if (s->steps[j].kind == STEP_LINEAR) ok = mv_phase(s, &s->steps[j], slot, &ph[j - i], &need);
+            else ok = attn_phase(s, &s->steps[j], ns, &ph[j - i], &need, &gm) && (r.gm == 0 || gm == r.gm);
+            if (!ok) break;
+            if (gm) r.gm = gm;
+            if (need > xs) xs = need;
+        }
+        r.to = j;
+        r.nph = (int)(j - i);
+        if (!r.gm) r.gm = 1;
+        r.xs_floats = xs;
+        const size_t fixed = 128 * ((SK_WARPS * SK_SLOTS_MAX * 8 + 127) / 128) + (size_t)(xs + 31) / 32 * 32 * 4;
+        r.slot = slot;
+        r.n_slots = 0;
+        if (fixed + 2 * SK_WARPS * slot <= SK_SMEM_MAX)
+            r.n_slots = (uint32_t)((SK_SMEM_MAX - fixed) / (SK_WARPS * slot));
+        if (r.n_slots > SK_SLOTS_MAX) r.n_slots = SK_SLOTS_MAX;
+        r.smem = fixed + (size_t)r.n_slots * SK_WARPS * slot;
+        while (r.n_slots > 2 && !sk_fits(r.kdt, r.gm, r.smem)) {
+            r.n_slots--;
+            r.smem -= (size_t)SK_WARPS * slot;
+        }
+        if (r.nph >= 2 && r.n_slots >= 2 && sk_fits(r.kdt, r.gm, r.smem)) {
+            if (cuda_alloc(s, (void **)&r.d_ph, (size_t)r.nph * sizeof(sk_phase)) ||
+                cuda_alloc(s, (void **)&r.d_ctr, (size_t)(r.nph + 1) * sizeof(unsigned int))) {
+                free(ph);
+                return -1;
+            }
+            cudaError_t ce = cudaMemcpy(r.d_ph, ph, (size_t)r.nph * sizeof(sk_phase), cudaMemcpyHostToDevice);
+            if (ce == cudaSuccess) ce = cudaMemset(r.d_ctr, 0, (size_t)(r.nph + 1) * sizeof(unsigned int));
+            if (ce != cudaSuccess) {
+                free(ph);
+                return cuda_fail(s, __FILE__, __LINE__, "stream phases", ce);
+            }
+            s->sk_runs[s->n_sk_runs++] = r;
+        }
+        i = j > i ? j : i + 1;
+    }
+    free(ph);
+    return 0;
+}
+
+cudaError_t stream_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
+    return trace_arm_here(recs, n, cap);
+}
+
+/* The run starting at step i, or NULL. */
+const stream_run *stream_at(const cuda_session *s, uint32_t i) {
+    for (uint32_t k = 0; k < s->n_sk_runs; k++)
+        if (s->sk_runs[k].from == i) return &s->sk_runs[k];
+    return NULL;
+}
+
+uint32_t stream_end(const stream_run *r) { return r->to; }
+
+int stream_launch(cuda_session *s, const stream_run *r) {
+    CK(s, sk_launch(r, s->n_sm, s->st));
+    return 0;
+}
