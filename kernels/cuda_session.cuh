@@ -122,8 +122,8 @@ int upload_rope_tables(cuda_session *s);
 /* cuda_compile.cu: the plan's ops as fused steps. */
 int compile_steps(cuda_session *s);
 
-/* stream.cu: finds the runs of decode steps the persistent kernel can take (none with env
- * THIN_CUDA_STREAM=0 or THIN_CUDA_FUSE=0, or before sm_90) and uploads their phases. */
+/* stream.cu: finds the runs of decode steps the persistent kernel can take (only with env
+ * THIN_CUDA_STREAM=1, not with THIN_CUDA_FUSE=0 or before sm_90) and uploads their phases. */
 int stream_build(cuda_session *s);
 /* The run that starts at step i, or NULL; the step after it; its launch for one row. */
 const stream_run *stream_at(const cuda_session *s, uint32_t i);

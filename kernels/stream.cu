@@ -29,8 +29,8 @@
  *
  * The grid is one block per SM and every block must be resident at once (the phase waits spin):
  * the kernel is launched with exactly the SM count, each block taking most of an SM's shared
- * memory. BF16 and FP8 weights; runs are made by stream_build from the compiled steps, and
- * env THIN_CUDA_STREAM=0 turns it off (each step then runs as its own kernels, as for prefill).
+ * memory. BF16 and FP8 weights; runs are made by stream_build from the compiled steps when env
+ * THIN_CUDA_STREAM=1 (each step otherwise runs as its own kernels, as for prefill).
  */
 #include <string.h>
 
@@ -506,7 +506,7 @@ static int step_streams(const cuda_session *s, const step *st) {
 
 int stream_build(cuda_session *s) {
     const char *e = getenv("THIN_CUDA_STREAM");
-    if ((e && strcmp(e, "0") == 0) || !thin_cuda_fuse) return 0;
+    if (!(e && strcmp(e, "1") == 0) || !thin_cuda_fuse) return 0;
     const char *se = getenv("THIN_CUDA_SK_SLOT"); /* bytes per ring slot, for measurements */
     uint32_t slot = se && atoi(se) >= 512 ? (uint32_t)atoi(se) / 512 * 512 : SK_SLOT;
     int major = 0;
