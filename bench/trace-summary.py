@@ -144,8 +144,8 @@ def stream_summary(stream):
         a["body"] += sum(r[3] - (r[2] or r[1]) for r in rs) / len(rs) / 1e3
         ends = sorted(r[3] for r in rs)
         a["tail"] += (end - ends[len(ends) // 2]) / 1e3
-        a["ringwait"] += sum(r[4] - 1 for r in rs) / len(rs) / 8 / 1e3
-        a["pieces"] += sum(r[5] - 1 for r in rs) / len(rs)
+        a["ringwait"] += sum(r[4] - r[0] for r in rs) / len(rs) / 8 / 1e3
+        a["pieces"] += sum(r[5] - r[0] for r in rs) / len(rs)
         cnt[name] += 1
         prev_end = end
     print(f"persistent kernel: {len(phs)} phases ({n_layers} layers); first start to last end "

@@ -94,27 +94,48 @@ __device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, fl
 }
 
 /* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch,
- * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). */
+ * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). x comes through L2 (other
+ * blocks wrote it), 16 bytes per load when aligned, MV_XPRE loads in flight per thread. */
 template <int DT>
 __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
                                         float *red, const float (&nw)[MV_XPRE]) {
     const uint32_t ps = pitch / vec_of<DT>::epv * 4;
     float ss = 0.0f;
-    for (uint32_t i0 = threadIdx.x; i0 < pitch; i0 += MV_XPRE * blockDim.x) {
-        float v[MV_XPRE];
+    if ((cols & 3) == 0 && (pitch & 3) == 0 && ((uintptr_t)a.x & 15) == 0) {
+        const uint32_t n4 = pitch / 4, c4 = cols / 4;
+        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += MV_XPRE * blockDim.x) {
+            float4 v[MV_XPRE];
 #pragma unroll
-        for (int k = 0; k < MV_XPRE; k++) {
-            const uint32_t i = i0 + k * blockDim.x;
-            v[k] = i < cols ? __ldcg(a.x + i) : 0.0f;
+            for (int k = 0; k < MV_XPRE; k++) {
+                const uint32_t i = i0 + k * blockDim.x;
+                v[k] = i < c4 ? __ldcg((const float4 *)a.x + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < MV_XPRE; k++) {
+                const uint32_t i = i0 + k * blockDim.x;
+                if (i < n4) { /* four consecutive elements: one float4 of a plane */
+                    *(float4 *)&xs[x_index<DT>(4 * i, ps)] = v[k];
+                    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+                }
+            }
         }
+    } else {
+        for (uint32_t i0 = threadIdx.x; i0 < pitch; i0 += MV_XPRE * blockDim.x) {
+            float v[MV_XPRE];
 #pragma unroll
-        for (int k = 0; k < MV_XPRE; k++) {
-            const uint32_t i = i0 + k * blockDim.x;
-            if (i < pitch) xs[x_index<DT>(i, ps)] = v[k];
-            ss += v[k] * v[k];
+            for (int k = 0; k < MV_XPRE; k++) {
+                const uint32_t i = i0 + k * blockDim.x;
+                v[k] = i < cols ? __ldcg(a.x + i) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < MV_XPRE; k++) {
+                const uint32_t i = i0 + k * blockDim.x;
+                if (i < pitch) xs[x_index<DT>(i, ps)] = v[k];
+                ss += v[k] * v[k];
+            }
         }
     }
-    if (a.norm_w) {
+    if (a.norm_w) { /* block_sum's barriers also order the staging writes before the rewrite */
         float tot = block_sum(ss, red);
         float inv = 1.0f / sqrtf(tot / (float)cols + a.eps);
 #pragma unroll

@@ -40,7 +40,7 @@
 
 #define SK_WARPS 8
 #define SK_THREADS (SK_WARPS * 32)
-#define SK_SLOT 4096u      /* bytes per ring slot (default): one piece of each row of a unit */
+#define SK_SLOT 8192u      /* bytes per ring slot (default): one piece of each row of a unit */
 #define SK_SLOTS_MAX 8
 #define SK_SMEM_MAX (226u * 1024u) /* of the 227 KiB a block may have, some left for static data */
 
@@ -57,7 +57,23 @@ struct sk_phase {
     uint32_t pieces;     /* MV: slots per unit */
     mv_args mv;
     attn_args at;
-};
+} __attribute__((aligned(16)));
+
+enum { SK_PLAIN = 0, SK_PAIR = 1, SK_ROPE = 2 };
+
+/* Where a phase's weight pieces come from, compactly (every block keeps all phases' in shared
+ * memory, for the warps that request pieces ahead of the phase they compute). */
+struct sk_src {
+    const uint8_t *base[3]; /* each segment's first row */
+    uint32_t rows[3];       /* rows per segment */
+    uint32_t units;         /* 0: nothing to stream (attention) */
+    uint32_t row_bytes, piece, pieces;
+    uint32_t half;          /* rope: head_dim / 2 */
+    uint8_t nr, mode, nseg; /* rows per unit; SK_PLAIN, SK_PAIR or SK_ROPE; segments */
+    uint8_t pad[9];
+} __attribute__((aligned(16)));
+
+#define SK_BAR_BYTES (SK_WARPS * SK_SLOTS_MAX * 8)
 
 /* ---- mbarriers and bulk copies (sm_90) ---- */
 
@@ -129,64 +145,71 @@ __device__ __forceinline__ uint32_t sk_lo(uint32_t units, uint32_t b) {
     return (uint32_t)((uint64_t)units * b / gridDim.x);
 }
 
-/* Row pointers of unit u of an MV phase: nr rows (see sk_phase), its segment and first row. */
-__device__ __forceinline__ void sk_rows(const sk_phase &P, uint32_t u, const uint4 **rows, int *seg,
-                                        uint32_t *rr) {
-    if (P.mv.rope || P.mv.pair) {
-        rows_of<2>(P.mv, u, rows, seg, rr);
-    } else if (P.nr == 2) {
-        rows_of<1>(P.mv, 2 * u, rows, seg, rr);
-        rows[1] = (const uint4 *)((const uint8_t *)rows[0] + P.row_bytes);
-    } else {
-        rows_of<1>(P.mv, u, rows, seg, rr);
+/* Lane 0: row addresses of unit u from its phase's source (see sk_src). */
+__device__ __forceinline__ void src_rows(const sk_src &d, uint32_t u, const uint8_t **rows) {
+    int s = 0;
+    if (d.mode == SK_PAIR) {
+        rows[0] = d.base[0] + (size_t)u * d.row_bytes;
+        rows[1] = d.base[1] + (size_t)u * d.row_bytes;
+        return;
     }
+    if (d.mode == SK_ROPE) {
+        while (s + 1 < d.nseg && u >= d.rows[s] / 2) u -= d.rows[s++] / 2;
+        const uint32_t row = (u / d.half) * 2 * d.half + u % d.half;
+        rows[0] = d.base[s] + (size_t)row * d.row_bytes;
+        rows[1] = rows[0] + (size_t)d.half * d.row_bytes;
+        return;
+    }
+    uint32_t r = u * d.nr;
+    while (s + 1 < d.nseg && r >= d.rows[s]) r -= d.rows[s++];
+    rows[0] = d.base[s] + (size_t)r * d.row_bytes;
+    rows[1] = rows[0] + d.row_bytes;
 }
 
-/* A warp's place in its sequence of pieces: phase, unit, piece of the unit. */
+/* A warp's place in its sequence of pieces: phase, unit, piece of the unit (lane 0 only). */
 struct sk_it {
     int ph;
-    uint32_t u, pc;
+    uint32_t u, pc, hi;
 };
 
 /* Moves it to this warp's first unit in a phase >= ph (it.ph = nph when there is none). */
-__device__ __forceinline__ void sk_seek(const sk_phase *P, int nph, int ph, sk_it &it) {
+__device__ __forceinline__ void sk_seek(const sk_src *D, int nph, int ph, sk_it &it) {
     const uint32_t w = threadIdx.x >> 5;
     for (; ph < nph; ph++) {
-        if (P[ph].kind != SK_MV) continue;
-        const uint32_t u = sk_lo(P[ph].units, blockIdx.x) + w;
-        if (u < sk_lo(P[ph].units, blockIdx.x + 1)) {
-            it.ph = ph, it.u = u, it.pc = 0;
+        const uint32_t u = sk_lo(D[ph].units, blockIdx.x) + w, hi = sk_lo(D[ph].units, blockIdx.x + 1);
+        if (u < hi) {
+            it.ph = ph, it.u = u, it.pc = 0, it.hi = hi;
             return;
         }
     }
     it.ph = nph;
 }
 
-__device__ __forceinline__ void sk_advance(const sk_phase *P, int nph, sk_it &it) {
-    if (++it.pc < P[it.ph].pieces) return;
+__device__ __forceinline__ void sk_advance(const sk_src *D, int nph, sk_it &it) {
+    if (++it.pc < D[it.ph].pieces) return;
     it.pc = 0;
     it.u += SK_WARPS;
-    if (it.u < sk_lo(P[it.ph].units, blockIdx.x + 1)) return;
-    sk_seek(P, nph, it.ph + 1, it);
+    if (it.u < it.hi) return;
+    sk_seek(D, nph, it.ph + 1, it);
 }
 
 /* Lane 0: requests the piece at it (when there is one) into slot, completing on bar. */
-__device__ __forceinline__ void sk_issue(const sk_phase *P, int nph, const sk_it &it, uint8_t *slot,
+__device__ __forceinline__ void sk_issue(const sk_src *D, int nph, const sk_it &it, uint8_t *slot,
                                          uint64_t *bar, uint64_t pol) {
     if (it.ph >= nph) return;
-    const sk_phase &ph = P[it.ph];
-    const uint4 *rows[2];
-    int seg;
-    uint32_t rr;
-    sk_rows(ph, it.u, rows, &seg, &rr);
-    const uint32_t off = it.pc * ph.piece, len = min(ph.piece, ph.row_bytes - off);
-    mbar_expect_tx(bar, len * (uint32_t)ph.nr);
-    for (int j = 0; j < ph.nr; j++) bulk_load(slot + j * ph.piece, (const uint8_t *)rows[j] + off, len, bar, pol);
+    const sk_src &d = D[it.ph];
+    const uint8_t *rows[2];
+    src_rows(d, it.u, rows);
+    const uint32_t off = it.pc * d.piece, len = min(d.piece, d.row_bytes - off);
+    mbar_expect_tx(bar, len * d.nr);
+    bulk_load(slot, rows[0] + off, len, bar, pol);
+    if (d.nr == 2) bulk_load(slot + d.piece, rows[1] + off, len, bar, pol);
 }
 
-/* The per-warp ring: slots, their barriers, the pieces used so far and the request cursor. */
+/* The per-warp ring: slots, their barriers, the pieces used so far and (lane 0) the request
+ * cursor. */
 struct sk_ring {
-    uint8_t *slots;   /* this warp's n slots of SK_SLOT bytes */
+    uint8_t *slots;   /* this warp's n slots of sb bytes */
     uint64_t *bar;    /* n barriers */
     uint32_t n;       /* slots */
     uint32_t sb;      /* bytes per slot */
@@ -212,21 +235,44 @@ __device__ __forceinline__ const uint8_t *ring_wait(sk_ring &r) {
 }
 
 /* The piece just waited for is used up: its slot takes the next request. */
-__device__ __forceinline__ void ring_release(sk_ring &r, const sk_phase *P, int nph) {
+__device__ __forceinline__ void ring_release(sk_ring &r, const sk_src *D, int nph) {
     const uint32_t k = r.used % r.n;
     __syncwarp();
-    if ((threadIdx.x & 31) == 0) sk_issue(P, nph, r.next, r.slots + (size_t)k * r.sb, &r.bar[k], r.pol);
-    if (r.next.ph < nph) sk_advance(P, nph, r.next);
+    if ((threadIdx.x & 31) == 0 && r.next.ph < nph) {
+        sk_issue(D, nph, r.next, r.slots + (size_t)k * r.sb, &r.bar[k], r.pol);
+        sk_advance(D, nph, r.next);
+    }
     r.used++;
 }
 
 /* ---- phases ---- */
 
-/* This block's part of an MV phase: x staged (the block's threads), then each warp's units. */
+/* The epilogue of unit rows (rr, ...) of segment seg (rot: the rope rotation; sc, rv: lane 0's
+ * early loads of the rows' FP8 scales and residuals). */
 template <int DT, int NR>
-__device__ void sk_matvec(const sk_phase *P, int nph, int ph, sk_ring &ring, float *xs, float *red,
+__device__ __forceinline__ void sk_store(const mv_args &a, int seg, uint32_t rr, const float *acc, float2 rot,
+                                         const float *sc, const float *rv) {
+    if (a.rope) {
+        store_rope<DT>(a, seg, rr, acc[0], acc[1], rot);
+    } else if (a.pair) {
+        const float g = acc[0] * sc[0], u = acc[1] * sc[1];
+        a.seg[1].out[rr] = u;
+        a.seg[0].out[rr] = silu_f(g) * u;
+    } else {
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const float y = acc[j] * sc[j];
+            a.seg[seg].out[rr + j] = y;
+            if (a.resid) a.resid[rr + j] = rv[j] + y;
+        }
+    }
+}
+
+/* This block's part of an MV phase p (a copy in shared memory): x staged by the block's threads,
+ * then each warp's units. */
+template <int DT, int NR>
+__device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &ring, float *xs, float *red,
                           const float (&nw)[MV_XPRE], unsigned long long *staged) {
-    const sk_phase &p = P[ph];
     const mv_args &a = p.mv;
     stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
 #if THIN_CUDA_TRACE
@@ -240,60 +286,73 @@ __device__ void sk_matvec(const sk_phase *P, int nph, int ph, sk_ring &ring, flo
         const uint4 *rows[2];
         int seg;
         uint32_t rr;
-        sk_rows(p, u, rows, &seg, &rr);
+        if (a.rope || a.pair) rows_of<2>(a, u, rows, &seg, &rr);
+        else rows_of<1>(a, u * NR, rows, &seg, &rr);
         float2 rot = make_float2(1.0f, 0.0f);
-        if (a.rope && lane == 0) rot = rope_rot(a, seg, rr);
+        float sc[2] = {1.0f, 1.0f}, rv[2] = {0.0f, 0.0f};
+        if (lane == 0) { /* loads the epilogue needs, in flight while the pieces are used */
+            if (a.rope) {
+                rot = rope_rot(a, seg, rr);
+            } else if (a.pair) {
+                if (DT == THIN_DTYPE_F8_E4M3 && a.seg[0].w.scale) sc[0] = a.seg[0].w.scale[rr];
+                if (DT == THIN_DTYPE_F8_E4M3 && a.seg[1].w.scale) sc[1] = a.seg[1].w.scale[rr];
+            } else {
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                    if (DT == THIN_DTYPE_F8_E4M3 && a.seg[seg].w.scale) sc[j] = a.seg[seg].w.scale[rr + j];
+                    if (a.resid) rv[j] = __ldcg(a.resid + rr + j);
+                }
+            }
+        }
         float acc[NR];
 #pragma unroll
         for (int j = 0; j < NR; j++) acc[j] = 0.0f;
         for (uint32_t pc = 0; pc < p.pieces; pc++) {
             const uint8_t *slot = ring_wait(ring);
             const uint32_t off = pc * p.piece, nv = min(p.piece, p.row_bytes - off) / 16;
-            const uint32_t v0 = off / 16; /* first vector of the piece in its row */
+            const float *xv = xs + 4 * (off / 16); /* x of the piece's first vector */
             for (uint32_t k = lane; k < nv; k += 32) {
-                const float *xv = xs + 4 * (v0 + k);
 #pragma unroll
                 for (int j = 0; j < NR; j++)
-                    acc[j] += dot16<DT>(((const uint4 *)(slot + j * p.piece))[k], xv, ps);
+                    acc[j] += dot16<DT>(((const uint4 *)(slot + j * p.piece))[k], xv + 4 * k, ps);
             }
-            ring_release(ring, P, nph);
+            ring_release(ring, D, nph);
         }
 #pragma unroll
         for (int j = 0; j < NR; j++) acc[j] = warp_sum(acc[j]);
-        if (lane == 0) {
-            if (a.rope || a.pair) {
-                store_row<DT, 2>(a, seg, rr, acc, rot);
-            } else {
-#pragma unroll
-                for (int j = 0; j < NR; j++) store_row<DT, 1>(a, seg, rr + j, acc + j, rot);
-            }
-        }
+        if (lane == 0) sk_store<DT, NR>(a, seg, rr, acc, rot, sc, rv);
     }
 }
 
 template <int DT>
-__device__ __forceinline__ void sk_matvec_nr(const sk_phase *P, int nph, int ph, sk_ring &ring, float *xs,
+__device__ __forceinline__ void sk_matvec_nr(const sk_phase &p, const sk_src *D, int nph, sk_ring &ring, float *xs,
                                              float *red, const float (&nw)[MV_XPRE], unsigned long long *staged) {
-    if (P[ph].nr == 2) sk_matvec<DT, 2>(P, nph, ph, ring, xs, red, nw, staged);
-    else sk_matvec<DT, 1>(P, nph, ph, ring, xs, red, nw, staged);
+    if (p.nr == 2) sk_matvec<DT, 2>(p, D, nph, ring, xs, red, nw, staged);
+    else sk_matvec<DT, 1>(p, D, nph, ring, xs, red, nw, staged);
 }
 
 #if THIN_CUDA_TRACE
 /* Timeline (make CUDA_TRACE=1): one record per block and phase: t0 the phase's start, t1 its
  * wait for the previous phase over, m0 x staged, t2 the block's part done; m1 the ns its warps
- * waited for weight pieces, summed; m2 the pieces it used. */
+ * waited for weight pieces, summed; m2 the pieces it used (both plus the token's start time,
+ * which the trace writer subtracts). */
 #define SK_TRACE(...) __VA_ARGS__
 #else
 #define SK_TRACE(...)
 #endif
 
-/* One block per SM; dynamic shared memory: the rings' barriers, then x (or the attention's
- * scratch, xs_floats floats), then the rings. ctr: nph + 1 counters, zero at launch and left at
- * zero. */
+/* Copies n bytes (a multiple of 16) from global to shared memory with the block's threads. */
+__device__ __forceinline__ void copy16(void *dst, const void *src, size_t n) {
+    for (size_t i = threadIdx.x; i < n / 16; i += blockDim.x) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+}
+
+/* One block per SM; dynamic shared memory: the rings' barriers, the phase being run, the
+ * sources of every phase, x (or the attention's scratch, xs_floats floats), then the rings.
+ * ctr: nph + 1 counters, zero at launch and left at zero. */
 template <int KDT, int GM>
 __global__ void __launch_bounds__(SK_THREADS, 1)
-    stream_kernel(const sk_phase *__restrict__ P, int nph, unsigned int *ctr, uint32_t n_slots,
-                  uint32_t slot_bytes, uint32_t xs_floats) {
+    stream_kernel(const sk_phase *__restrict__ P, const sk_src *__restrict__ src, int nph, unsigned int *ctr,
+                  uint32_t n_slots, uint32_t slot_bytes, uint32_t xs_floats) {
     extern __shared__ __align__(128) uint8_t sk_smem[];
     __shared__ float red[32];
     __shared__ int last;
@@ -303,7 +362,9 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
              if (threadIdx.x == 0) waited_ns = 0, pieces = 0;)
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint64_t *bars = (uint64_t *)sk_smem;
-    float *xs = (float *)(sk_smem + 128 * ((SK_WARPS * SK_SLOTS_MAX * 8 + 127) / 128));
+    sk_phase *cur = (sk_phase *)(sk_smem + SK_BAR_BYTES);
+    sk_src *D = (sk_src *)((uint8_t *)cur + sizeof(sk_phase));
+    float *xs = (float *)((uint8_t *)D + (size_t)nph * sizeof(sk_src));
     uint8_t *ring_base = (uint8_t *)(xs + (xs_floats + 31) / 32 * 32);
     sk_ring ring;
     ring.n = n_slots;
@@ -315,20 +376,25 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
     SK_TRACE(ring.waited = 0; uint32_t used0 = 0;)
     if (lane < n_slots) mbar_init(&ring.bar[lane], 1);
     mbar_init_fence();
+    copy16(D, src, (size_t)nph * sizeof(sk_src));
     __syncthreads();
     /* Fill the ring before anything waits: weights do not depend on the previous kernel. */
-    sk_seek(P, nph, 0, ring.next);
-    for (uint32_t k = 0; k < n_slots; k++) {
-        if (lane == 0) sk_issue(P, nph, ring.next, ring.slots + (size_t)k * ring.sb, &ring.bar[k], ring.pol);
-        if (ring.next.ph < nph) sk_advance(P, nph, ring.next);
+    if (lane == 0) {
+        sk_seek(D, nph, 0, ring.next);
+        for (uint32_t k = 0; k < n_slots && ring.next.ph < nph; k++) {
+            sk_issue(D, nph, ring.next, ring.slots + (size_t)k * ring.sb, &ring.bar[k], ring.pol);
+            sk_advance(D, nph, ring.next);
+        }
     }
     pdl_trigger();
     pdl_wait();
     for (int ph = 0; ph < nph; ph++) {
-        const sk_phase &p = P[ph];
+        copy16(cur, P + ph, sizeof(sk_phase)); /* the previous phase is done with it */
+        SK_TRACE(tt0 = gtimer(); if (threadIdx.x == 0) staged = 0;)
+        __syncthreads();
+        const sk_phase &p = *cur;
         float nw[MV_XPRE];
         if (p.kind == SK_MV) preload_norm(p.mv, p.mv.seg[0].w.cols, nw);
-        SK_TRACE(tt0 = gtimer(); if (threadIdx.x == 0) staged = 0;)
         if (ph > 0) { /* every block has finished the previous phase (and so all before it) */
             if (threadIdx.x == 0)
                 while (ld_acquire(&ctr[ph - 1]) < gridDim.x) {
@@ -337,8 +403,8 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
         }
         SK_TRACE(tt1 = gtimer();)
         if (p.kind == SK_MV) {
-            if (p.dtype == THIN_DTYPE_BF16) sk_matvec_nr<THIN_DTYPE_BF16>(P, nph, ph, ring, xs, red, nw, &staged);
-            else sk_matvec_nr<THIN_DTYPE_F8_E4M3>(P, nph, ph, ring, xs, red, nw, &staged);
+            if (p.dtype == THIN_DTYPE_BF16) sk_matvec_nr<THIN_DTYPE_BF16>(p, D, nph, ring, xs, red, nw, &staged);
+            else sk_matvec_nr<THIN_DTYPE_F8_E4M3>(p, D, nph, ring, xs, red, nw, &staged);
         } else {
             for (uint32_t u = blockIdx.x; u < p.units; u += gridDim.x) {
                 __syncthreads(); /* the scratch of the previous unit is free */
@@ -352,7 +418,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
                  used0 = ring.used;)
         __syncthreads(); /* the block's writes are done; x is free for the next phase */
         if (threadIdx.x == 0) {
-            SK_TRACE(const unsigned long long mk[3] = {staged, waited_ns + 1, (unsigned long long)pieces + 1};
+            SK_TRACE(const unsigned long long mk[3] = {staged, tt0 + waited_ns, tt0 + pieces};
                      trace_block(tr, TRACE_STREAM | (unsigned)ph << 8, tt0, tt1, mk, 3); waited_ns = 0;
                      pieces = 0;)
             __threadfence();
@@ -374,6 +440,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
 struct stream_run {
     uint32_t from, to;    /* steps [from, to) */
     sk_phase *d_ph;
+    sk_src *d_src;
     int nph;
     unsigned int *d_ctr;
     uint32_t n_slots, slot, xs_floats;
@@ -392,7 +459,7 @@ static cudaError_t sk_launch_t(const stream_run *r, int n_sm, cudaStream_t st) {
         set_smem[ki][gi] = r->smem;
     }
     return launch_k(stream_kernel<KDT, GM>, dim3(n_sm), dim3(SK_THREADS), r->smem, st, (const sk_phase *)r->d_ph,
-                    r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats);
+                    (const sk_src *)r->d_src, r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats);
 }
 
 template <int KDT>
@@ -467,6 +534,25 @@ static int mv_phase(const cuda_session *s, const step *st, uint32_t slot, sk_pha
     ph->pieces = (ph->row_bytes + ph->piece - 1) / ph->piece;
     *xs = w0->pitch;
     return ph->units > 0 && ph->row_bytes % 16 == 0;
+}
+
+/* The weight source of MV phase ph. */
+static void src_of(const sk_phase *ph, sk_src *d) {
+    memset(d, 0, sizeof *d);
+    if (ph->kind != SK_MV) return;
+    const mv_args *a = &ph->mv;
+    for (int k = 0; k < a->nseg; k++) {
+        d->base[k] = (const uint8_t *)a->seg[k].w.data;
+        d->rows[k] = a->seg[k].w.rows;
+    }
+    d->units = ph->units;
+    d->row_bytes = ph->row_bytes;
+    d->piece = ph->piece;
+    d->pieces = ph->pieces;
+    d->half = a->rope ? a->head_dim / 2 : 0;
+    d->nr = (uint8_t)ph->nr;
+    d->mode = a->rope ? SK_ROPE : a->pair ? SK_PAIR : SK_PLAIN;
+    d->nseg = (uint8_t)a->nseg;
 }
 
 /* Phase of a decode attention step, or 0 when the stream cannot run it. */
@@ -560,7 +646,8 @@ int stream_build(cuda_session *s) {
         r.nph = (int)(j - i);
         if (!r.gm) r.gm = 1;
         r.xs_floats = xs;
-        const size_t fixed = 128 * ((SK_WARPS * SK_SLOTS_MAX * 8 + 127) / 128) + (size_t)(xs + 31) / 32 * 32 * 4;
+        const size_t fixed = SK_BAR_BYTES + sizeof(sk_phase) + (size_t)r.nph * sizeof(sk_src) +
+                             (size_t)(xs + 31) / 32 * 32 * 4;
         r.slot = slot;
         r.n_slots = 0;
         if (fixed + 2 * SK_WARPS * slot <= SK_SMEM_MAX)
@@ -572,12 +659,19 @@ int stream_build(cuda_session *s) {
             r.smem -= (size_t)SK_WARPS * slot;
         }
         if (r.nph >= 2 && r.n_slots >= 2 && sk_fits(r.kdt, r.gm, r.smem)) {
-            if (cuda_alloc(s, (void **)&r.d_ph, (size_t)r.nph * sizeof(sk_phase)) ||
+            sk_src *src = (sk_src *)calloc((size_t)r.nph, sizeof(sk_src));
+            if (!src || cuda_alloc(s, (void **)&r.d_ph, (size_t)r.nph * sizeof(sk_phase)) ||
+                cuda_alloc(s, (void **)&r.d_src, (size_t)r.nph * sizeof(sk_src)) ||
                 cuda_alloc(s, (void **)&r.d_ctr, (size_t)(r.nph + 1) * sizeof(unsigned int))) {
+                free(src);
                 free(ph);
-                return -1;
+                return src ? -1 : cuda_failf(s, "out of memory");
             }
+            for (int k = 0; k < r.nph; k++) src_of(&ph[k], &src[k]);
             cudaError_t ce = cudaMemcpy(r.d_ph, ph, (size_t)r.nph * sizeof(sk_phase), cudaMemcpyHostToDevice);
+            if (ce == cudaSuccess)
+                ce = cudaMemcpy(r.d_src, src, (size_t)r.nph * sizeof(sk_src), cudaMemcpyHostToDevice);
+            free(src);
             if (ce == cudaSuccess) ce = cudaMemset(r.d_ctr, 0, (size_t)(r.nph + 1) * sizeof(unsigned int));
             if (ce != cudaSuccess) {
                 free(ph);

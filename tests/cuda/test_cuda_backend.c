@@ -258,6 +258,39 @@ out:
     free_model(&m);
 }
 
+/* The cases on one kernel path (the per-op decode kernels, or the persistent one). */
+static void run_all(const char *tag) {
+    char lab[160];
+#define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
+    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    CASE("F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    CASE("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("F16 w, F32 kv", THIN_DTYPE_F16, THIN_DTYPE_F16, THIN_DTYPE_F32, 1e-3, 1e-3);
+    /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
+    H = 512, NH = 4, NKV = 1, HD = 128;
+    CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* A wide FFN: the down projection's rows take several batches of loads per lane (several
+     * ring slots per row in the persistent kernel). */
+    I = 4400;
+    CASE("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
+    CASE("wide ffn F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* Decode attention in splits of 32 positions (the default takes up to 256 in one block):
+     * several blocks per cluster and, at the long position, several clusters. */
+    setenv("THIN_CUDA_ATTN_CHUNK", "32", 1);
+    CASE("32-position splits BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("32-position splits F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    unsetenv("THIN_CUDA_ATTN_CHUNK");
+    /* An odd vocabulary: the persistent decode kernel takes the LM head's rows one per unit
+     * instead of in neighbouring pairs. */
+    V = 999;
+    CASE("odd vocab BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("odd vocab BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+#undef CASE
+}
+
 int main(void) {
     if (!cuda_backend_available()) {
         printf("test_cuda_backend: no CUDA device: skipped\n");
@@ -265,30 +298,12 @@ int main(void) {
     }
     char dev[128];
     if (cuda_device_describe(dev, sizeof dev) == 0) printf("device: %s\n", dev);
-    run_case("F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    run_case("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("F16 w, F32 kv", THIN_DTYPE_F16, THIN_DTYPE_F16, THIN_DTYPE_F32, 1e-3, 1e-3);
-    /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
-    H = 512, NH = 4, NKV = 1, HD = 128;
-    run_case("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    /* A wide FFN: the down projection's rows take several batches of loads per lane. */
-    I = 4400;
-    run_case("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
-    run_case("wide ffn F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    /* Decode attention in splits of 32 positions (the default takes up to 256 in one block):
-     * several blocks per cluster and, at the long position, several clusters. */
-    setenv("THIN_CUDA_ATTN_CHUNK", "32", 1);
-    run_case("32-position splits BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("32-position splits F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    unsetenv("THIN_CUDA_ATTN_CHUNK");
-    /* An odd vocabulary: the persistent decode kernel takes the LM head's rows one per unit
-     * instead of in neighbouring pairs. */
-    V = 999;
-    run_case("odd vocab BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
-    run_case("odd vocab BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    run_all("");
+    /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
+     * others keep the per-op kernels). */
+    setenv("THIN_CUDA_STREAM", "1", 1);
+    run_all("stream: ");
+    unsetenv("THIN_CUDA_STREAM");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
