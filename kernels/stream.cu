@@ -42,6 +42,7 @@
 #define SK_THREADS (SK_WARPS * 32)
 #define SK_SLOT 8192u      /* bytes per ring slot (default): one piece of each row of a unit */
 #define SK_SLOTS_MAX 8
+#define SK_PF 0u           /* pieces per warp prefetched into L2 past its ring (default) */
 #define SK_SMEM_MAX (226u * 1024u) /* of the 227 KiB a block may have, some left for static data */
 
 enum { SK_MV = 1, SK_ATTN = 2 };
@@ -121,6 +122,13 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
                  "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
                  : "memory");
+#endif
+}
+
+/* Asks for `bytes` at src to be brought into L2 (no completion to wait for). */
+__device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 #endif
 }
 
@@ -206,8 +214,19 @@ __device__ __forceinline__ void sk_issue(const sk_src *D, int nph, const sk_it &
     if (d.nr == 2) bulk_load(slot + d.piece, rows[1] + off, len, bar, pol);
 }
 
+/* Lane 0: asks L2 for the piece at it (when there is one). */
+__device__ __forceinline__ void sk_prefetch(const sk_src *D, int nph, const sk_it &it) {
+    if (it.ph >= nph) return;
+    const sk_src &d = D[it.ph];
+    const uint8_t *rows[2];
+    src_rows(d, it.u, rows);
+    const uint32_t off = it.pc * d.piece, len = min(d.piece, d.row_bytes - off);
+    l2_prefetch(rows[0] + off, len);
+    if (d.nr == 2) l2_prefetch(rows[1] + off, len);
+}
+
 /* The per-warp ring: slots, their barriers, the pieces used so far and (lane 0) the request
- * cursor. */
+ * cursor, and the L2 prefetch cursor that runs a few pieces ahead of it. */
 struct sk_ring {
     uint8_t *slots;   /* this warp's n slots of sb bytes */
     uint64_t *bar;    /* n barriers */
@@ -215,6 +234,7 @@ struct sk_ring {
     uint32_t sb;      /* bytes per slot */
     uint32_t used;    /* pieces consumed */
     sk_it next;       /* the next piece to request */
+    sk_it pf;         /* the next piece to prefetch into L2 (ahead of next) */
     uint64_t pol;
 #if THIN_CUDA_TRACE
     unsigned long long waited; /* ns spent waiting for pieces (timeline builds) */
@@ -241,6 +261,10 @@ __device__ __forceinline__ void ring_release(sk_ring &r, const sk_src *D, int np
     if ((threadIdx.x & 31) == 0 && r.next.ph < nph) {
         sk_issue(D, nph, r.next, r.slots + (size_t)k * r.sb, &r.bar[k], r.pol);
         sk_advance(D, nph, r.next);
+        if (r.pf.ph < nph) {
+            sk_prefetch(D, nph, r.pf);
+            sk_advance(D, nph, r.pf);
+        }
     }
     r.used++;
 }
@@ -352,7 +376,7 @@ __device__ __forceinline__ void copy16(void *dst, const void *src, size_t n) {
 template <int KDT, int GM>
 __global__ void __launch_bounds__(SK_THREADS, 1)
     stream_kernel(const sk_phase *__restrict__ P, const sk_src *__restrict__ src, int nph, unsigned int *ctr,
-                  uint32_t n_slots, uint32_t slot_bytes, uint32_t xs_floats) {
+                  uint32_t n_slots, uint32_t slot_bytes, uint32_t xs_floats, uint32_t n_pf) {
     extern __shared__ __align__(128) uint8_t sk_smem[];
     __shared__ float red[32];
     __shared__ int last;
@@ -385,6 +409,12 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
             sk_issue(D, nph, ring.next, ring.slots + (size_t)k * ring.sb, &ring.bar[k], ring.pol);
             sk_advance(D, nph, ring.next);
         }
+        ring.pf = ring.next; /* n_pf pieces past the ring go to L2 now, then one per piece used */
+        for (uint32_t k = 0; k < n_pf && ring.pf.ph < nph; k++) {
+            sk_prefetch(D, nph, ring.pf);
+            sk_advance(D, nph, ring.pf);
+        }
+        if (!n_pf) ring.pf.ph = nph;
     }
     pdl_trigger();
     pdl_wait();
@@ -443,7 +473,7 @@ struct stream_run {
     sk_src *d_src;
     int nph;
     unsigned int *d_ctr;
-    uint32_t n_slots, slot, xs_floats;
+    uint32_t n_slots, slot, xs_floats, n_pf;
     size_t smem;
     int kdt, gm;
 };
@@ -459,7 +489,7 @@ static cudaError_t sk_launch_t(const stream_run *r, int n_sm, cudaStream_t st) {
         set_smem[ki][gi] = r->smem;
     }
     return launch_k(stream_kernel<KDT, GM>, dim3(n_sm), dim3(SK_THREADS), r->smem, st, (const sk_phase *)r->d_ph,
-                    (const sk_src *)r->d_src, r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats);
+                    (const sk_src *)r->d_src, r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats, r->n_pf);
 }
 
 template <int KDT>
@@ -595,6 +625,8 @@ int stream_build(cuda_session *s) {
     if (!(e && strcmp(e, "1") == 0) || !thin_cuda_fuse) return 0;
     const char *se = getenv("THIN_CUDA_SK_SLOT"); /* bytes per ring slot, for measurements */
     uint32_t slot = se && atoi(se) >= 512 ? (uint32_t)atoi(se) / 512 * 512 : SK_SLOT;
+    const char *pe = getenv("THIN_CUDA_SK_PF"); /* pieces per warp prefetched into L2 past its ring */
+    const uint32_t n_pf = pe ? (uint32_t)atoi(pe) : SK_PF;
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major < 9) return 0;
     const plan *p = s->p;
@@ -649,6 +681,7 @@ int stream_build(cuda_session *s) {
         const size_t fixed = SK_BAR_BYTES + sizeof(sk_phase) + (size_t)r.nph * sizeof(sk_src) +
                              (size_t)(xs + 31) / 32 * 32 * 4;
         r.slot = slot;
+        r.n_pf = n_pf;
         r.n_slots = 0;
         if (fixed + 2 * SK_WARPS * slot <= SK_SMEM_MAX)
             r.n_slots = (uint32_t)((SK_SMEM_MAX - fixed) / (SK_WARPS * slot));
