@@ -257,16 +257,18 @@ __device__ void ag_unit(const attn_args &a, uint32_t kh, uint32_t split, uint32_
         part[(size_t)threadIdx.x * a.n_splits * stride + hd] = ml[2 * threadIdx.x];
         part[(size_t)threadIdx.x * a.n_splits * stride + hd + 1] = ml[2 * threadIdx.x + 1];
     }
-    __threadfence();
+    /* One thread publishes the block's writes (ordered before its fence by the barrier) and
+     * counts the split; the last split's block reads the others' after the same thread's fence. */
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 1 % blockDim.x) {
         unsigned int *cnt = a.counter + (size_t)row * a.n_kv + kh;
+        __threadfence();
         *last = atomicAdd(cnt, 1u) == sp.n_act - 1;
         if (*last) *cnt = 0; /* every active split has counted: ready for the next launch */
+        __threadfence();
     }
     __syncthreads();
     if (!*last) return;
-    __threadfence();
     ag_combine(a, row, kh, G, sp.n_act, wts);
 }
 

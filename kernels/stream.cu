@@ -75,6 +75,8 @@ struct sk_src {
 } __attribute__((aligned(16)));
 
 #define SK_BAR_BYTES (SK_WARPS * SK_SLOTS_MAX * 8)
+/* The thread that signals and awaits phases: not a lane that requests weight copies. */
+#define SK_SYNC_THREAD 1
 
 /* ---- mbarriers and bulk copies (sm_90) ---- */
 
@@ -426,7 +428,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
         float nw[MV_XPRE];
         if (p.kind == SK_MV) preload_norm(p.mv, p.mv.seg[0].w.cols, nw);
         if (ph > 0) { /* every block has finished the previous phase (and so all before it) */
-            if (threadIdx.x == 0)
+            if (threadIdx.x == SK_SYNC_THREAD)
                 while (ld_acquire(&ctr[ph - 1]) < gridDim.x) {
                 }
             __syncthreads();
@@ -447,7 +449,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
         } ring.waited = 0;
                  used0 = ring.used;)
         __syncthreads(); /* the block's writes are done; x is free for the next phase */
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == SK_SYNC_THREAD) {
             SK_TRACE(const unsigned long long mk[3] = {staged, tt0 + waited_ns, tt0 + pieces};
                      trace_block(tr, TRACE_STREAM | (unsigned)ph << 8, tt0, tt1, mk, 3); waited_ns = 0;
                      pieces = 0;)
