@@ -5,7 +5,7 @@
 #
 # Steps: device and copy bandwidth; the GPU parity tests (tests/cuda), also without the fused
 # decode kernels (THIN_CUDA_FUSE=0); stories260K greedy ids on GPU vs CPU and compute-sanitizer
-# memcheck; the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
+# memcheck, also in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1); the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
 # --profile quality (FP8); logits of GPU vs CPU over a few positions; decode speed (128 tokens
 # after 16) with and without programmatic dependent launch, prefill of 512 tokens, time to first
 # token with the load; each speed also as a share of the bandwidth limit (weight_bytes / copy
@@ -91,6 +91,28 @@ if command -v compute-sanitizer >/dev/null; then
     rc=$?
     tail -3 "$OUTDIR/sanitizer.log" | tee -a "$LOG"
     row "compute-sanitizer memcheck (stories260K)" "$([ $rc = 0 ] && echo clean || echo "rc $rc")"
+fi
+say "== stories260K in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1)"
+"$BIN/thin-quant" -q --profile bf16 "$WORK/stories.thin" -o "$WORK/stories-bf16.thin" >>"$LOG" 2>&1
+same=0 total=0
+for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
+    total=$((total + 1))
+    "$BIN/thin-run" "$WORK/stories-bf16.thin" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
+    THIN_CUDA_STREAM=1 "$BIN/thin-run" "$WORK/stories-bf16.thin" --ids "$p" -n 195 -t 0 --json --device cuda \
+        >"$WORK/g.json" 2>>"$LOG"
+    if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
+        same=$((same + 1))
+    else
+        say "stories BF16, persistent kernel: ids differ for prompt '$p'"
+    fi
+done
+row "stories260K BF16 persistent kernel ids = CPU" "$same/$total"
+if command -v compute-sanitizer >/dev/null; then
+    THIN_CUDA_STREAM=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" \
+        "$WORK/stories-bf16.thin" --ids "1 403 407 261 378" -n 40 -t 0 --device cuda >"$OUTDIR/sanitizer-stream.log" 2>&1
+    rc=$?
+    tail -3 "$OUTDIR/sanitizer-stream.log" | tee -a "$LOG"
+    row "compute-sanitizer memcheck (BF16, persistent)" "$([ $rc = 0 ] && echo clean || echo "rc $rc")"
 fi
 [ "$STAGE" = quick ] && { say "== table"; cat "$TABLE"; exit 0; }
 [ "${SMOLLM3:-1}" = 0 ] && { say "== table"; cat "$TABLE"; exit 0; }

@@ -95,13 +95,15 @@ __device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, fl
 
 /* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch,
  * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). x comes through L2 (other
- * blocks wrote it), 16 bytes per load when aligned, MV_XPRE loads in flight per thread. */
-template <int DT>
+ * blocks wrote it), MV_XPRE loads in flight per thread; with V4 (the persistent kernel, whose
+ * x loads wait behind the weight stream) 16 bytes per load when aligned. The per-op matvec
+ * keeps 4-byte loads: 16-byte ones measured slower there (bench/decode-variants.sh). */
+template <int DT, bool V4 = false>
 __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
                                         float *red, const float (&nw)[MV_XPRE]) {
     const uint32_t ps = pitch / vec_of<DT>::epv * 4;
     float ss = 0.0f;
-    if ((cols & 3) == 0 && (pitch & 3) == 0 && ((uintptr_t)a.x & 15) == 0) {
+    if (V4 && (cols & 3) == 0 && (pitch & 3) == 0 && ((uintptr_t)a.x & 15) == 0) {
         const uint32_t n4 = pitch / 4, c4 = cols / 4;
         for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += MV_XPRE * blockDim.x) {
             float4 v[MV_XPRE];
@@ -238,7 +240,7 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
     float y = acc[0];
     if (DT == THIN_DTYPE_F8_E4M3 && a.seg[s].w.scale) y *= a.seg[s].w.scale[rr];
     a.seg[s].out[rr] = y;
-    if (a.resid) a.resid[rr] = __ldcg(a.resid + rr) + y; /* through L2: see stream.cu */
+    if (a.resid) a.resid[rr] += y;
 }
 
 #endif /* THIN_MATVEC_DEV_CUH */

@@ -300,7 +300,7 @@ template <int DT, int NR>
 __device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &ring, float *xs, float *red,
                           const float (&nw)[MV_XPRE], unsigned long long *staged) {
     const mv_args &a = p.mv;
-    stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
+    stage_x<DT, true>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
 #if THIN_CUDA_TRACE
     if (threadIdx.x == 0) *staged = gtimer();
 #else
