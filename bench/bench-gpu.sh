@@ -61,20 +61,27 @@ else
 fi
 grep -E "^(ok|FAIL)" "$LOG" | tail -40
 
+# stories_ids MODEL LABEL: greedy ids of three prompts on CPU and GPU (the environment as given);
+# SAME = "equal/prompts".
+stories_ids() {
+    same=0 total=0
+    for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
+        total=$((total + 1))
+        "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
+        "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cuda >"$WORK/g.json" 2>>"$LOG"
+        if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
+            same=$((same + 1))
+        else
+            say "$2: ids differ for prompt '$p'"
+        fi
+    done
+    SAME="$same/$total"
+}
+
 say "== stories260K: GPU vs CPU greedy ids"
 "$BIN/thin-pack" -q fixtures/stories260k -o "$WORK/stories.thin" >>"$LOG" 2>&1
-same=0 total=0
-for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
-    total=$((total + 1))
-    "$BIN/thin-run" "$WORK/stories.thin" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
-    "$BIN/thin-run" "$WORK/stories.thin" --ids "$p" -n 195 -t 0 --json --device cuda >"$WORK/g.json" 2>>"$LOG"
-    if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
-        same=$((same + 1))
-    else
-        say "stories: ids differ for prompt '$p'"
-    fi
-done
-row "stories260K greedy ids GPU = CPU (prompts)" "$same/$total"
+stories_ids "$WORK/stories.thin" stories
+row "stories260K greedy ids GPU = CPU (prompts)" "$SAME"
 echo "1 403 407 261 378 432 383 286 261 376 298 315 421" >"$WORK/sids.txt"
 "$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sc.f32" --device cpu 2>>"$LOG"
 "$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sg.f32" --device cuda 2>>"$LOG"
@@ -94,19 +101,10 @@ if command -v compute-sanitizer >/dev/null; then
 fi
 say "== stories260K in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1)"
 "$BIN/thin-quant" -q --profile bf16 "$WORK/stories.thin" -o "$WORK/stories-bf16.thin" >>"$LOG" 2>&1
-same=0 total=0
-for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
-    total=$((total + 1))
-    "$BIN/thin-run" "$WORK/stories-bf16.thin" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
-    THIN_CUDA_STREAM=1 "$BIN/thin-run" "$WORK/stories-bf16.thin" --ids "$p" -n 195 -t 0 --json --device cuda \
-        >"$WORK/g.json" 2>>"$LOG"
-    if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
-        same=$((same + 1))
-    else
-        say "stories BF16, persistent kernel: ids differ for prompt '$p'"
-    fi
-done
-row "stories260K BF16 persistent kernel ids = CPU" "$same/$total"
+export THIN_CUDA_STREAM=1
+stories_ids "$WORK/stories-bf16.thin" "stories BF16, persistent kernel"
+unset THIN_CUDA_STREAM
+row "stories260K BF16 persistent kernel ids = CPU" "$SAME"
 if command -v compute-sanitizer >/dev/null; then
     THIN_CUDA_STREAM=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" \
         "$WORK/stories-bf16.thin" --ids "1 403 407 261 378" -n 40 -t 0 --device cuda >"$OUTDIR/sanitizer-stream.log" 2>&1
