@@ -5,7 +5,8 @@
 #
 # Steps: device and copy bandwidth; the GPU parity tests (tests/cuda), also without the fused
 # decode kernels (THIN_CUDA_FUSE=0); stories260K greedy ids on GPU vs CPU and compute-sanitizer
-# memcheck, also in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1); the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
+# memcheck, also in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1, its ids against
+# the per-op kernels'); the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
 # --profile quality (FP8); logits of GPU vs CPU over a few positions; decode speed (128 tokens
 # after 16) with and without programmatic dependent launch, prefill of 512 tokens, time to first
 # token with the load; each speed also as a share of the bandwidth limit (weight_bytes / copy
@@ -61,13 +62,14 @@ else
 fi
 grep -E "^(ok|FAIL)" "$LOG" | tail -40
 
-# stories_ids MODEL LABEL: greedy ids of three prompts on CPU and GPU (the environment as given);
-# SAME = "equal/prompts".
+# stories_ids MODEL LABEL REF: greedy ids of three prompts on the GPU (the environment as given)
+# against REF: cpu, or cuda (the per-op GPU kernels); SAME = "equal/prompts".
 stories_ids() {
     same=0 total=0
     for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
         total=$((total + 1))
-        "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cpu >"$WORK/c.json" 2>>"$LOG"
+        env -u THIN_CUDA_STREAM "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device "$3" \
+            >"$WORK/c.json" 2>>"$LOG"
         "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cuda >"$WORK/g.json" 2>>"$LOG"
         if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
             same=$((same + 1))
@@ -80,7 +82,7 @@ stories_ids() {
 
 say "== stories260K: GPU vs CPU greedy ids"
 "$BIN/thin-pack" -q fixtures/stories260k -o "$WORK/stories.thin" >>"$LOG" 2>&1
-stories_ids "$WORK/stories.thin" stories
+stories_ids "$WORK/stories.thin" stories cpu
 row "stories260K greedy ids GPU = CPU (prompts)" "$SAME"
 echo "1 403 407 261 378 432 383 286 261 376 298 315 421" >"$WORK/sids.txt"
 "$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sc.f32" --device cpu 2>>"$LOG"
@@ -99,12 +101,15 @@ if command -v compute-sanitizer >/dev/null; then
     tail -3 "$OUTDIR/sanitizer.log" | tee -a "$LOG"
     row "compute-sanitizer memcheck (stories260K)" "$([ $rc = 0 ] && echo clean || echo "rc $rc")"
 fi
+# In BF16 the GPU's summation order parts the greedy ids from the CPU's at a near tie (prompt 1,
+# token 181, top-2 gap 7e-4, for the per-op kernels and this one alike), so the persistent kernel is
+# held to the per-op kernels' ids.
 say "== stories260K in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1)"
 "$BIN/thin-quant" -q --profile bf16 "$WORK/stories.thin" -o "$WORK/stories-bf16.thin" >>"$LOG" 2>&1
 export THIN_CUDA_STREAM=1
-stories_ids "$WORK/stories-bf16.thin" "stories BF16, persistent kernel"
+stories_ids "$WORK/stories-bf16.thin" "stories BF16, persistent kernel" cuda
 unset THIN_CUDA_STREAM
-row "stories260K BF16 persistent kernel ids = CPU" "$SAME"
+row "stories260K BF16 persistent kernel ids = per-op kernels" "$SAME"
 if command -v compute-sanitizer >/dev/null; then
     THIN_CUDA_STREAM=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" \
         "$WORK/stories-bf16.thin" --ids "1 403 407 261 378" -n 40 -t 0 --device cuda >"$OUTDIR/sanitizer-stream.log" 2>&1
