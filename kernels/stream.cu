@@ -8,13 +8,14 @@
  * run of decode steps (matvecs with their fusions, and attention) as phases, with one block per
  * SM, and the weights never stop flowing:
  *
- * - Each of the block's 8 warps owns a ring of SK_SLOTS slots of shared memory, SK_SLOT bytes
- *   each, with one mbarrier per slot. Its lane 0 requests pieces of the weight rows the warp will
- *   need, in the order it will use them, by bulk asynchronous copies (cp.async.bulk, the TMA's
- *   one-dimensional form) into the next free slot, and re-fills a slot as soon as the warp has
- *   used it. The sequence runs across phases: while a warp waits for the previous phase to
- *   finish, or computes attention, its ring already holds the next matrices' first pieces. Up to
- *   8 × SK_SLOTS × SK_SLOT bytes are in flight per SM, whatever the registers.
+ * - Each of the block's 8 warps owns a ring of slots of shared memory (as many as fit beside x,
+ *   at most SK_SLOTS_MAX, of SK_SLOT bytes by default: two for SmolLM3), with one mbarrier per
+ *   slot. Its lane 0 requests pieces of the weight rows the warp will need, in the order it will
+ *   use them, by bulk asynchronous copies (cp.async.bulk, the TMA's one-dimensional form) into
+ *   the next free slot, and re-fills a slot as soon as the warp has used it. The sequence runs
+ *   across phases: while a warp waits for the previous phase to finish, or computes attention,
+ *   its ring already holds the next matrices' first pieces. Optionally it also asks L2 for a few
+ *   pieces past its ring (cp.async.bulk.prefetch.L2).
  * - Phases follow each other through counters in global memory: when a block has done its part
  *   of a phase it adds one to the phase's counter (after a fence), and a block starts a phase once
  *   the previous phase's counter holds every block. Only activations wait; weights do not depend
@@ -23,7 +24,10 @@
  *   of a head for the rope epilogue, or two neighbouring rows, which share each x element read
  *   from shared memory); each block takes a contiguous range of units (so every SM streams the
  *   same bytes) and its warps take them in turn. x is staged per block in shared memory as in
- *   matvec.cu (with the fused RMSNorm), and the epilogues are those of matvec.cu.
+ *   matvec.cu (with the fused RMSNorm), and the epilogues are those of matvec.cu, their scales
+ *   and residuals loaded while the pieces are used. The running phase's arguments are copied
+ *   into shared memory, and every phase's compact weight source (sk_src) is kept there for the
+ *   requests that run ahead.
  * - An attention phase runs the grouped attention (attn_dev.cuh) over (KV head, split) units, one
  *   per block at a time, in the space x is staged in; the last split of a head combines them.
  *
@@ -31,6 +35,11 @@
  * the kernel is launched with exactly the SM count, each block taking most of an SM's shared
  * memory. BF16 and FP8 weights; runs are made by stream_build from the compiled steps when env
  * THIN_CUDA_STREAM=1 (each step otherwise runs as its own kernels, as for prefill).
+ *
+ * Measured on the H200 (README, "The persistent decode kernel"), it is slower than the per-op
+ * kernels (344 against 475 tokens/s BF16): the weight stream keeps the memory busy, and every
+ * access on the critical path (phase counters, x, q, K/V, attention partials) waits behind it.
+ * It stays opt-in as the base for that work.
  */
 #include <string.h>
 
