@@ -100,7 +100,7 @@ static int alloc_state(cuda_session *s) {
         CK(s, cudaMemset(s->buf[i], 0, (size_t)s->max_batch * p->buf_sizes[i] * sizeof(float)));
     }
     size_t kvsz = thin_dtype_size(p->kv_dtype);
-    uint32_t maxh = 1, maxhd = 1;
+    uint32_t maxh = 1, maxhd = 1, maxg = 1, min_kv = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
         if (o->kind != PLAN_ATTENTION) continue;
@@ -112,14 +112,11 @@ static int alloc_state(cuda_session *s) {
         CK(s, cudaMemset(s->op_vc[i], 0, bytes));
         maxh = o->n_heads > maxh ? o->n_heads : maxh;
         maxhd = o->head_dim > maxhd ? o->head_dim : maxhd;
-    }
-    uint32_t maxg = 1, min_kv = UINT32_MAX;
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        const plan_op *o = &p->ops[i];
-        if (o->kind != PLAN_ATTENTION) continue;
         maxg = o->n_heads / o->n_kv_heads > maxg ? o->n_heads / o->n_kv_heads : maxg;
         min_kv = o->n_kv_heads < min_kv ? o->n_kv_heads : min_kv;
     }
+    s->attn_max_heads = maxh, s->attn_max_head_dim = maxhd;
+    s->attn_min_kv = min_kv == UINT32_MAX ? 0 : min_kv;
     if (min_kv == UINT32_MAX) min_kv = 1;
     /* Several rows: about two blocks per SM over the query heads. One row: about two blocks per SM
      * over the KV heads (the grouped kernel), each split at least ATTN_MIN_CHUNK positions. */

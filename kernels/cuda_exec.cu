@@ -104,6 +104,23 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
     return 0;
 }
 
+void attn_common(const cuda_session *s, const step *st, attn_args *t) {
+    const plan *p = s->p;
+    const plan_op *a = &p->ops[st->op];
+    memset(t, 0, sizeof *t);
+    t->q = s->buf[a->q];
+    t->ldq = ld_of(s, a->q);
+    t->kcache = s->op_kc[st->op];
+    t->vcache = s->op_vc[st->op];
+    t->kv_dtype = p->kv_dtype;
+    t->out = s->buf[a->out];
+    t->ldo = ld_of(s, a->out);
+    t->n_heads = a->n_heads;
+    t->n_kv = a->n_kv_heads;
+    t->head_dim = a->head_dim;
+    t->pos = s->d_pos;
+}
+
 static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     const plan *p = s->p;
     const plan_op *a = &p->ops[st->op];
@@ -126,24 +143,13 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.pos = s->d_pos;
     if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
-    memset(&t, 0, sizeof t);
-    t.q = r.q;
-    t.ldq = r.ldq;
-    t.kcache = r.kcache;
-    t.vcache = r.vcache;
-    t.kv_dtype = p->kv_dtype;
-    t.out = s->buf[a->out];
-    t.ldo = ld_of(s, a->out);
-    t.n_heads = a->n_heads;
-    t.n_kv = a->n_kv_heads;
-    t.head_dim = a->head_dim;
+    attn_common(s, st, &t);
     t.n_splits = n == 1 ? s->dec_splits : s->n_splits;
     t.chunk_max = n == 1 ? s->dec_chunk : s->chunk_max;
     t.min_chunk = s->dec_min_chunk;
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;
-    t.pos = s->d_pos;
     CK(s, launch_attention(&t, n, s->st));
     return 0;
 }

@@ -86,6 +86,9 @@ struct cuda_session {
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
+    /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there
+     * is no attention op) */
+    uint32_t attn_max_heads, attn_max_head_dim, attn_min_kv;
     float *d_stats;         /* 2 */
     float2 *d_cand;         /* vocab */
     unsigned int *d_count;  /* 1 */
@@ -133,6 +136,9 @@ int stream_launch(cuda_session *s, const stream_run *r);
 /* cuda_exec.cu: the matvec arguments of linear step st for row r (fuse: with the decode's rope
  * and KV-store epilogue when planned). */
 void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a);
+/* The attention arguments of attention step st that do not depend on the kernel or the row count
+ * (q, caches, output, head counts, position); the rest zero. */
+void attn_common(const cuda_session *s, const step *st, attn_args *t);
 /* Runs every step for n rows (row 0 at *d_pos); lm_last: the linear into the logits
  * buffer runs for the last row only. */
 int exec_steps(cuda_session *s, uint32_t n, int lm_last);

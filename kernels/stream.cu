@@ -56,15 +56,11 @@
 
 enum { SK_MV = 1, SK_ATTN = 2 };
 
-/* One phase of a run (built on the host, read by every block). */
+/* One phase of a run (built on the host, read by every block); an MV phase's geometry (units,
+ * rows per unit, pieces) is in its sk_src, an attention phase's units are at's KV heads × splits. */
 struct sk_phase {
     int kind;            /* SK_MV or SK_ATTN */
     int dtype;           /* MV: the weights' dtype (BF16 or F8_E4M3) */
-    int nr;              /* MV: rows per unit, 1 or 2 */
-    uint32_t units;      /* MV: units of nr rows; ATTN: KV heads × splits */
-    uint32_t row_bytes;  /* MV: bytes per stored row */
-    uint32_t piece;      /* MV: bytes of each row per ring slot (a multiple of 16) */
-    uint32_t pieces;     /* MV: slots per unit */
     mv_args mv;
     attn_args at;
 } __attribute__((aligned(16)));
@@ -72,12 +68,15 @@ struct sk_phase {
 enum { SK_PLAIN = 0, SK_PAIR = 1, SK_ROPE = 2 };
 
 /* Where a phase's weight pieces come from, compactly (every block keeps all phases' in shared
- * memory, for the warps that request pieces ahead of the phase they compute). */
+ * memory, for the warps that request pieces ahead of the phase they compute, and the warps that
+ * compute read the running phase's geometry from it). */
 struct sk_src {
     const uint8_t *base[3]; /* each segment's first row */
     uint32_t rows[3];       /* rows per segment */
-    uint32_t units;         /* 0: nothing to stream (attention) */
-    uint32_t row_bytes, piece, pieces;
+    uint32_t units;         /* units of nr rows; 0: nothing to stream (attention) */
+    uint32_t row_bytes;     /* bytes per stored row */
+    uint32_t piece;         /* bytes of each row per ring slot (a multiple of 16) */
+    uint32_t pieces;        /* slots per unit */
     uint32_t half;          /* rope: head_dim / 2 */
     uint8_t nr, mode, nseg; /* rows per unit; SK_PLAIN, SK_PAIR or SK_ROPE; segments */
     uint8_t pad[9];
@@ -164,25 +163,38 @@ __device__ __forceinline__ uint32_t sk_lo(uint32_t units, uint32_t b) {
     return (uint32_t)((uint64_t)units * b / gridDim.x);
 }
 
-/* Lane 0: row addresses of unit u from its phase's source (see sk_src). */
-__device__ __forceinline__ void src_rows(const sk_src &d, uint32_t u, const uint8_t **rows) {
+/* Segment and first row of unit u of a phase (see sk_src): the gate/up pair's row; with rope,
+ * row a of rows (a, a + half) of a head; else the unit's first row. The same mapping as rows_of's
+ * (matvec_dev.cuh), over the compact source. */
+__device__ __forceinline__ uint32_t src_unit(const sk_src &d, uint32_t u, int *seg) {
     int s = 0;
+    uint32_t r;
     if (d.mode == SK_PAIR) {
-        rows[0] = d.base[0] + (size_t)u * d.row_bytes;
-        rows[1] = d.base[1] + (size_t)u * d.row_bytes;
-        return;
-    }
-    if (d.mode == SK_ROPE) {
+        r = u;
+    } else if (d.mode == SK_ROPE) {
         while (s + 1 < d.nseg && u >= d.rows[s] / 2) u -= d.rows[s++] / 2;
-        const uint32_t row = (u / d.half) * 2 * d.half + u % d.half;
-        rows[0] = d.base[s] + (size_t)row * d.row_bytes;
-        rows[1] = rows[0] + (size_t)d.half * d.row_bytes;
-        return;
+        r = (u / d.half) * 2 * d.half + u % d.half;
+    } else {
+        r = u * d.nr;
+        while (s + 1 < d.nseg && r >= d.rows[s]) r -= d.rows[s++];
     }
-    uint32_t r = u * d.nr;
-    while (s + 1 < d.nseg && r >= d.rows[s]) r -= d.rows[s++];
-    rows[0] = d.base[s] + (size_t)r * d.row_bytes;
-    rows[1] = rows[0] + d.row_bytes;
+    *seg = s;
+    return r;
+}
+
+/* Lane 0: the address of piece pc of unit u's first row, its length, and (*second) the address
+ * of the same piece of the unit's second row (meaningful when nr is 2). */
+__device__ __forceinline__ const uint8_t *src_piece(const sk_src &d, uint32_t u, uint32_t pc, uint32_t *len,
+                                                   const uint8_t **second) {
+    int s;
+    const uint32_t r = src_unit(d, u, &s);
+    const uint32_t off = pc * d.piece;
+    const uint8_t *p0 = d.base[s] + (size_t)r * d.row_bytes + off;
+    *second = d.mode == SK_PAIR   ? d.base[1] + (size_t)r * d.row_bytes + off
+              : d.mode == SK_ROPE ? p0 + (size_t)d.half * d.row_bytes
+                                  : p0 + d.row_bytes;
+    *len = min(d.piece, d.row_bytes - off);
+    return p0;
 }
 
 /* A warp's place in its sequence of pieces: phase, unit, piece of the unit (lane 0 only). */
@@ -217,23 +229,23 @@ __device__ __forceinline__ void sk_issue(const sk_src *D, int nph, const sk_it &
                                          uint64_t *bar, uint64_t pol) {
     if (it.ph >= nph) return;
     const sk_src &d = D[it.ph];
-    const uint8_t *rows[2];
-    src_rows(d, it.u, rows);
-    const uint32_t off = it.pc * d.piece, len = min(d.piece, d.row_bytes - off);
+    uint32_t len;
+    const uint8_t *second;
+    const uint8_t *first = src_piece(d, it.u, it.pc, &len, &second);
     mbar_expect_tx(bar, len * d.nr);
-    bulk_load(slot, rows[0] + off, len, bar, pol);
-    if (d.nr == 2) bulk_load(slot + d.piece, rows[1] + off, len, bar, pol);
+    bulk_load(slot, first, len, bar, pol);
+    if (d.nr == 2) bulk_load(slot + d.piece, second, len, bar, pol);
 }
 
 /* Lane 0: asks L2 for the piece at it (when there is one). */
 __device__ __forceinline__ void sk_prefetch(const sk_src *D, int nph, const sk_it &it) {
     if (it.ph >= nph) return;
     const sk_src &d = D[it.ph];
-    const uint8_t *rows[2];
-    src_rows(d, it.u, rows);
-    const uint32_t off = it.pc * d.piece, len = min(d.piece, d.row_bytes - off);
-    l2_prefetch(rows[0] + off, len);
-    if (d.nr == 2) l2_prefetch(rows[1] + off, len);
+    uint32_t len;
+    const uint8_t *second;
+    const uint8_t *first = src_piece(d, it.u, it.pc, &len, &second);
+    l2_prefetch(first, len);
+    if (d.nr == 2) l2_prefetch(second, len);
 }
 
 /* The per-warp ring: slots, their barriers, the pieces used so far and (lane 0) the request
@@ -303,11 +315,11 @@ __device__ __forceinline__ void sk_store(const mv_args &a, int seg, uint32_t rr,
     }
 }
 
-/* This block's part of an MV phase p (a copy in shared memory): x staged by the block's threads,
- * then each warp's units. */
+/* This block's part of an MV phase p (a copy in shared memory; g: its source and geometry): x
+ * staged by the block's threads, then each warp's units. */
 template <int DT, int NR>
-__device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &ring, float *xs, float *red,
-                          const float (&nw)[MV_XPRE], unsigned long long *staged) {
+__device__ void sk_matvec(const sk_phase &p, const sk_src &g, const sk_src *D, int nph, sk_ring &ring, float *xs,
+                          float *red, const float (&nw)[MV_XPRE], unsigned long long *staged) {
     const mv_args &a = p.mv;
     stage_x<DT, true>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
 #if THIN_CUDA_TRACE
@@ -316,13 +328,10 @@ __device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &
     (void)staged;
 #endif
     const uint32_t ps = a.seg[0].w.pitch / vec_of<DT>::epv * 4, lane = threadIdx.x & 31;
-    const uint32_t hi = sk_lo(p.units, blockIdx.x + 1);
-    for (uint32_t u = sk_lo(p.units, blockIdx.x) + (threadIdx.x >> 5); u < hi; u += SK_WARPS) {
-        const uint4 *rows[2];
+    const uint32_t hi = sk_lo(g.units, blockIdx.x + 1);
+    for (uint32_t u = sk_lo(g.units, blockIdx.x) + (threadIdx.x >> 5); u < hi; u += SK_WARPS) {
         int seg;
-        uint32_t rr;
-        if (a.rope || a.pair) rows_of<2>(a, u, rows, &seg, &rr);
-        else rows_of<1>(a, u * NR, rows, &seg, &rr);
+        const uint32_t rr = src_unit(g, u, &seg);
         float2 rot = make_float2(1.0f, 0.0f);
         float sc[2] = {1.0f, 1.0f}, rv[2] = {0.0f, 0.0f};
         if (lane == 0) { /* loads the epilogue needs, in flight while the pieces are used */
@@ -342,14 +351,14 @@ __device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &
         float acc[NR];
 #pragma unroll
         for (int j = 0; j < NR; j++) acc[j] = 0.0f;
-        for (uint32_t pc = 0; pc < p.pieces; pc++) {
+        for (uint32_t pc = 0; pc < g.pieces; pc++) {
             const uint8_t *slot = ring_wait(ring);
-            const uint32_t off = pc * p.piece, nv = min(p.piece, p.row_bytes - off) / 16;
+            const uint32_t off = pc * g.piece, nv = min(g.piece, g.row_bytes - off) / 16;
             const float *xv = xs + 4 * (off / 16); /* x of the piece's first vector */
             for (uint32_t k = lane; k < nv; k += 32) {
 #pragma unroll
                 for (int j = 0; j < NR; j++)
-                    acc[j] += dot16<DT>(((const uint4 *)(slot + j * p.piece))[k], xv + 4 * k, ps);
+                    acc[j] += dot16<DT>(((const uint4 *)(slot + j * g.piece))[k], xv + 4 * k, ps);
             }
             ring_release(ring, D, nph);
         }
@@ -360,10 +369,11 @@ __device__ void sk_matvec(const sk_phase &p, const sk_src *D, int nph, sk_ring &
 }
 
 template <int DT>
-__device__ __forceinline__ void sk_matvec_nr(const sk_phase &p, const sk_src *D, int nph, sk_ring &ring, float *xs,
-                                             float *red, const float (&nw)[MV_XPRE], unsigned long long *staged) {
-    if (p.nr == 2) sk_matvec<DT, 2>(p, D, nph, ring, xs, red, nw, staged);
-    else sk_matvec<DT, 1>(p, D, nph, ring, xs, red, nw, staged);
+__device__ __forceinline__ void sk_matvec_nr(const sk_phase &p, const sk_src &g, const sk_src *D, int nph,
+                                             sk_ring &ring, float *xs, float *red, const float (&nw)[MV_XPRE],
+                                             unsigned long long *staged) {
+    if (g.nr == 2) sk_matvec<DT, 2>(p, g, D, nph, ring, xs, red, nw, staged);
+    else sk_matvec<DT, 1>(p, g, D, nph, ring, xs, red, nw, staged);
 }
 
 #if THIN_CUDA_TRACE
@@ -444,10 +454,11 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
         }
         SK_TRACE(tt1 = gtimer();)
         if (p.kind == SK_MV) {
-            if (p.dtype == THIN_DTYPE_BF16) sk_matvec_nr<THIN_DTYPE_BF16>(p, D, nph, ring, xs, red, nw, &staged);
-            else sk_matvec_nr<THIN_DTYPE_F8_E4M3>(p, D, nph, ring, xs, red, nw, &staged);
+            if (p.dtype == THIN_DTYPE_BF16)
+                sk_matvec_nr<THIN_DTYPE_BF16>(p, D[ph], D, nph, ring, xs, red, nw, &staged);
+            else sk_matvec_nr<THIN_DTYPE_F8_E4M3>(p, D[ph], D, nph, ring, xs, red, nw, &staged);
         } else {
-            for (uint32_t u = blockIdx.x; u < p.units; u += gridDim.x) {
+            for (uint32_t u = blockIdx.x; u < p.at.n_kv * p.at.n_splits; u += gridDim.x) {
                 __syncthreads(); /* the scratch of the previous unit is free */
                 ag_unit<KDT, GM>(p.at, u % p.at.n_kv, u / p.at.n_kv, 0, xs, &last);
             }
@@ -466,7 +477,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1)
             atomicAdd(&ctr[ph], 1u);
         }
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == SK_SYNC_THREAD) {
         __threadfence();
         if (atomicAdd(&ctr[nph], 1u) == gridDim.x - 1) { /* the last block out: all waits are over */
             for (int i = 0; i <= nph; i++) ctr[i] = 0;
@@ -489,16 +500,10 @@ struct stream_run {
     int kdt, gm;
 };
 
+/* The kernel instance's dynamic shared memory limit was raised to SK_SMEM_MAX when the run was
+ * probed (sk_blocks_per_sm), and every run stays within it. */
 template <int KDT, int GM>
 static cudaError_t sk_launch_t(const stream_run *r, int n_sm, cudaStream_t st) {
-    static size_t set_smem[2][4];
-    const int ki = KDT == THIN_DTYPE_BF16, gi = GM == 1 ? 0 : GM == 2 ? 1 : GM == 4 ? 2 : 3;
-    if (r->smem > set_smem[ki][gi]) {
-        cudaError_t e = cudaFuncSetAttribute(stream_kernel<KDT, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)r->smem);
-        if (e != cudaSuccess) return e;
-        set_smem[ki][gi] = r->smem;
-    }
     return launch_k(stream_kernel<KDT, GM>, dim3(n_sm), dim3(SK_THREADS), r->smem, st, (const sk_phase *)r->d_ph,
                     (const sk_src *)r->d_src, r->nph, r->d_ctr, r->n_slots, r->slot, r->xs_floats, r->n_pf);
 }
@@ -521,8 +526,8 @@ static cudaError_t sk_launch(const stream_run *r, int n_sm, cudaStream_t st) {
 template <int KDT, int GM>
 static int sk_blocks_per_sm(size_t smem) {
     int n = 0;
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<KDT, GM>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    if (smem > SK_SMEM_MAX || cudaFuncSetAttribute(stream_kernel<KDT, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)SK_SMEM_MAX) != cudaSuccess)
         return 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, stream_kernel<KDT, GM>, SK_THREADS, smem) != cudaSuccess)
         return 0;
@@ -546,12 +551,14 @@ static int sk_fits(int kdt, int gm, size_t smem) {
     return n >= 1;
 }
 
-/* Phase of a linear step, or 0 when the stream cannot run it. xs: floats its x needs. */
-static int mv_phase(const cuda_session *s, const step *st, uint32_t slot, sk_phase *ph, uint32_t *xs) {
+/* Phase of a linear step and its weight source (d), or 0 when the stream cannot run it. xs:
+ * floats its x needs. */
+static int mv_phase(const cuda_session *s, const step *st, uint32_t slot, sk_phase *ph, sk_src *d, uint32_t *xs) {
     const dmat *w0 = &s->w[s->op_w[st->lin[0]]];
     if (w0->dtype != THIN_DTYPE_BF16 && w0->dtype != THIN_DTYPE_F8_E4M3) return 0;
     if (st->nseg < 1 || (st->pair && st->nseg != 2)) return 0;
     memset(ph, 0, sizeof *ph);
+    memset(d, 0, sizeof *d);
     ph->kind = SK_MV;
     ph->dtype = w0->dtype;
     linear_args(s, st, 0, 1, &ph->mv);
@@ -562,67 +569,38 @@ static int mv_phase(const cuda_session *s, const step *st, uint32_t slot, sk_pha
         total += a->seg[k].w.rows;
         even &= a->seg[k].w.rows % 2 == 0;
     }
-    if (a->rope || a->pair) {
-        ph->nr = 2;
-        ph->units = a->rope ? total / 2 : total;
-    } else {
-        ph->nr = even ? 2 : 1;
-        ph->units = total / (uint32_t)ph->nr;
-    }
-    ph->row_bytes = w0->pitch * (uint32_t)thin_dtype_size((thin_dtype)w0->dtype);
-    ph->piece = slot / (uint32_t)ph->nr / 16 * 16;
-    if (ph->row_bytes < ph->piece) ph->piece = ph->row_bytes;
-    ph->pieces = (ph->row_bytes + ph->piece - 1) / ph->piece;
-    *xs = w0->pitch;
-    return ph->units > 0 && ph->row_bytes % 16 == 0;
-}
-
-/* The weight source of MV phase ph. */
-static void src_of(const sk_phase *ph, sk_src *d) {
-    memset(d, 0, sizeof *d);
-    if (ph->kind != SK_MV) return;
-    const mv_args *a = &ph->mv;
     for (int k = 0; k < a->nseg; k++) {
         d->base[k] = (const uint8_t *)a->seg[k].w.data;
         d->rows[k] = a->seg[k].w.rows;
     }
-    d->units = ph->units;
-    d->row_bytes = ph->row_bytes;
-    d->piece = ph->piece;
-    d->pieces = ph->pieces;
-    d->half = a->rope ? a->head_dim / 2 : 0;
-    d->nr = (uint8_t)ph->nr;
-    d->mode = a->rope ? SK_ROPE : a->pair ? SK_PAIR : SK_PLAIN;
     d->nseg = (uint8_t)a->nseg;
+    d->mode = a->rope ? SK_ROPE : a->pair ? SK_PAIR : SK_PLAIN;
+    d->half = a->rope ? a->head_dim / 2 : 0;
+    d->nr = a->rope || a->pair || even ? 2 : 1;
+    d->units = a->rope ? total / 2 : a->pair ? total : total / d->nr;
+    d->row_bytes = w0->pitch * (uint32_t)thin_dtype_size((thin_dtype)w0->dtype);
+    d->piece = slot / d->nr / 16 * 16;
+    if (d->row_bytes < d->piece) d->piece = d->row_bytes;
+    d->pieces = (d->row_bytes + d->piece - 1) / d->piece;
+    *xs = w0->pitch;
+    return d->units > 0 && d->row_bytes % 16 == 0;
 }
 
-/* Phase of a decode attention step, or 0 when the stream cannot run it. */
+/* Phase of a decode attention step, or 0 when the stream cannot run it (its sk_src, zeroed by
+ * the caller, streams nothing). */
 static int attn_phase(const cuda_session *s, const step *st, uint32_t n_splits, sk_phase *ph, uint32_t *xs,
                       int *gm) {
-    const plan *p = s->p;
-    const plan_op *o = &p->ops[st->op];
     if (!st->kv_fused) return 0;
     memset(ph, 0, sizeof *ph);
     ph->kind = SK_ATTN;
     attn_args *t = &ph->at;
-    t->q = s->buf[o->q];
-    t->ldq = (uint32_t)p->buf_sizes[o->q];
-    t->kcache = s->op_kc[st->op];
-    t->vcache = s->op_vc[st->op];
-    t->kv_dtype = p->kv_dtype;
-    t->out = s->buf[o->out];
-    t->ldo = (uint32_t)p->buf_sizes[o->out];
-    t->n_heads = o->n_heads;
-    t->n_kv = o->n_kv_heads;
-    t->head_dim = o->head_dim;
+    attn_common(s, st, t);
     t->n_splits = n_splits;
     uint32_t c = (s->max_ctx + n_splits - 1) / n_splits;
     t->chunk_max = c < ATTN_MIN_CHUNK ? ATTN_MIN_CHUNK : c;
     t->partial = s->d_skpart;
     t->counter = s->d_skcnt;
-    t->pos = s->d_pos;
     *gm = attn_group_max(t);
-    ph->units = t->n_kv * n_splits;
     *xs = (uint32_t)ag_smem_floats(t->head_dim, t->n_heads / t->n_kv, t->chunk_max, n_splits, SK_WARPS);
     return *gm > 0;
 }
@@ -642,26 +620,22 @@ int stream_build(cuda_session *s) {
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major < 9) return 0;
     const plan *p = s->p;
     /* Attention splits: about one (KV head, split) unit per SM. */
-    uint32_t maxh = 1, maxhd = 1, min_kv = UINT32_MAX;
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        const plan_op *o = &p->ops[i];
-        if (o->kind != PLAN_ATTENTION) continue;
-        maxh = o->n_heads > maxh ? o->n_heads : maxh;
-        maxhd = o->head_dim > maxhd ? o->head_dim : maxhd;
-        min_kv = o->n_kv_heads < min_kv ? o->n_kv_heads : min_kv;
-    }
-    uint32_t ns = min_kv == UINT32_MAX ? 1 : ((uint32_t)s->n_sm + min_kv - 1) / min_kv;
+    const uint32_t maxh = s->attn_max_heads, maxhd = s->attn_max_head_dim, min_kv = s->attn_min_kv;
+    uint32_t ns = min_kv ? ((uint32_t)s->n_sm + min_kv - 1) / min_kv : 1;
     if (ns < 1) ns = 1;
-    if (min_kv != UINT32_MAX) {
+    if (min_kv) {
         if (cuda_alloc(s, (void **)&s->d_skpart, (size_t)maxh * ns * (maxhd + 2) * sizeof(float)) ||
             cuda_alloc(s, (void **)&s->d_skcnt, (size_t)maxh * sizeof(unsigned int)))
             return -1;
         CK(s, cudaMemset(s->d_skcnt, 0, (size_t)maxh * sizeof(unsigned int)));
     }
-    s->sk_runs = (stream_run *)calloc(s->n_steps ? s->n_steps : 1, sizeof(stream_run));
-    sk_phase *ph = (sk_phase *)calloc(s->n_steps ? s->n_steps : 1, sizeof(sk_phase));
-    if (!s->sk_runs || !ph) {
+    const size_t n_alloc = s->n_steps ? s->n_steps : 1;
+    s->sk_runs = (stream_run *)calloc(n_alloc, sizeof(stream_run));
+    sk_phase *ph = (sk_phase *)calloc(n_alloc, sizeof(sk_phase));
+    sk_src *src = (sk_src *)calloc(n_alloc, sizeof(sk_src));
+    if (!s->sk_runs || !ph || !src) {
         free(ph);
+        free(src);
         return cuda_failf(s, "out of memory");
     }
     uint32_t i = 0;
@@ -679,7 +653,8 @@ int stream_build(cuda_session *s) {
         for (; j < s->n_steps && step_streams(s, &s->steps[j]); j++) {
             uint32_t need = 0;
             int gm = 0, ok;
-            if (s->steps[j].kind == STEP_LINEAR) ok = mv_phase(s, &s->steps[j], slot, &ph[j - i], &need);
+            memset(&src[j - i], 0, sizeof *src);
+            if (s->steps[j].kind == STEP_LINEAR) ok = mv_phase(s, &s->steps[j], slot, &ph[j - i], &src[j - i], &need);
             else ok = attn_phase(s, &s->steps[j], ns, &ph[j - i], &need, &gm) && (r.gm == 0 || gm == r.gm);
             if (!ok) break;
             if (gm) r.gm = gm;
@@ -693,31 +668,27 @@ int stream_build(cuda_session *s) {
                              (size_t)(xs + 31) / 32 * 32 * 4;
         r.slot = slot;
         r.n_pf = n_pf;
-        r.n_slots = 0;
-        if (fixed + 2 * SK_WARPS * slot <= SK_SMEM_MAX)
-            r.n_slots = (uint32_t)((SK_SMEM_MAX - fixed) / (SK_WARPS * slot));
-        if (r.n_slots > SK_SLOTS_MAX) r.n_slots = SK_SLOTS_MAX;
-        r.smem = fixed + (size_t)r.n_slots * SK_WARPS * slot;
-        while (r.n_slots > 2 && !sk_fits(r.kdt, r.gm, r.smem)) {
-            r.n_slots--;
-            r.smem -= (size_t)SK_WARPS * slot;
-        }
-        if (r.nph >= 2 && r.n_slots >= 2 && sk_fits(r.kdt, r.gm, r.smem)) {
-            sk_src *src = (sk_src *)calloc((size_t)r.nph, sizeof(sk_src));
-            if (!src || cuda_alloc(s, (void **)&r.d_ph, (size_t)r.nph * sizeof(sk_phase)) ||
+        /* as many slots per warp as fit (at most SK_SLOTS_MAX), then fewer while a block does not */
+        uint32_t n_slots = 0;
+        if (fixed + 2 * SK_WARPS * slot <= SK_SMEM_MAX) n_slots = (uint32_t)((SK_SMEM_MAX - fixed) / (SK_WARPS * slot));
+        if (n_slots > SK_SLOTS_MAX) n_slots = SK_SLOTS_MAX;
+        while (n_slots >= 2 && !sk_fits(r.kdt, r.gm, fixed + (size_t)n_slots * SK_WARPS * slot)) n_slots--;
+        r.n_slots = n_slots;
+        r.smem = fixed + (size_t)n_slots * SK_WARPS * slot;
+        if (r.nph >= 2 && n_slots >= 2) {
+            if (cuda_alloc(s, (void **)&r.d_ph, (size_t)r.nph * sizeof(sk_phase)) ||
                 cuda_alloc(s, (void **)&r.d_src, (size_t)r.nph * sizeof(sk_src)) ||
                 cuda_alloc(s, (void **)&r.d_ctr, (size_t)(r.nph + 1) * sizeof(unsigned int))) {
                 free(src);
                 free(ph);
-                return src ? -1 : cuda_failf(s, "out of memory");
+                return -1;
             }
-            for (int k = 0; k < r.nph; k++) src_of(&ph[k], &src[k]);
             cudaError_t ce = cudaMemcpy(r.d_ph, ph, (size_t)r.nph * sizeof(sk_phase), cudaMemcpyHostToDevice);
             if (ce == cudaSuccess)
                 ce = cudaMemcpy(r.d_src, src, (size_t)r.nph * sizeof(sk_src), cudaMemcpyHostToDevice);
-            free(src);
             if (ce == cudaSuccess) ce = cudaMemset(r.d_ctr, 0, (size_t)(r.nph + 1) * sizeof(unsigned int));
             if (ce != cudaSuccess) {
+                free(src);
                 free(ph);
                 return cuda_fail(s, __FILE__, __LINE__, "stream phases", ce);
             }
@@ -725,6 +696,7 @@ int stream_build(cuda_session *s) {
         }
         i = j > i ? j : i + 1;
     }
+    free(src);
     free(ph);
     return 0;
 }
