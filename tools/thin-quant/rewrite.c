@@ -316,8 +316,8 @@ static uint32_t layer_count(const run *r, const json_t *root)
     return n ? n : (uint32_t)(r->max_layer + 1);
 }
 
-/* File mode: the manifest and layer count are known before the first tensor. */
-static int file_prepare(run *r, json_t **root)
+/* The input's manifest, parsed into *root. */
+static int read_manifest(run *r, json_t **root)
 {
     const char *json;
     size_t len;
@@ -327,6 +327,14 @@ static int file_prepare(run *r, json_t **root)
         cli_error("%s: the manifest is not a JSON object", r->in.label);
         return -1;
     }
+    return 0;
+}
+
+/* File mode: the manifest and layer count are known before the first tensor. */
+static int file_prepare(run *r, json_t **root)
+{
+    if (read_manifest(r, root) != 0)
+        return -1;
     uint32_t count = thin_file_tensor_count(r->in.f);
     for (uint32_t i = 0; i < count; i++) {
         thin_tensor_info t;
@@ -358,17 +366,7 @@ static int process_items(run *r, json_t **root)
             return -1;
     }
     cli_progress_end();
-    if (*root)
-        return 0;
-    const char *json;
-    size_t len;
-    if (tq_input_manifest(&r->in, &json, &len) != 0)
-        return ifail(r);
-    if (!(*root = tq_manifest_parse(json, len))) {
-        cli_error("%s: the manifest is not a JSON object", r->in.label);
-        return -1;
-    }
-    return 0;
+    return *root ? 0 : read_manifest(r, root);
 }
 
 static int open_writer(run *r)
