@@ -29,6 +29,19 @@ from collections import OrderedDict, defaultdict
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
 
 
+def step_names(n):
+    """Layers, and the step name of each of a token's n kernels (or phases): per layer STEPS, then
+    the LM head."""
+    n_layers = (n - 1) // len(STEPS)
+    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
+    return n_layers, names + ["lm_head"] * (n - len(names))
+
+
+def in_order(cnt):
+    """The steps seen (keys of cnt), in the order of a layer, the LM head last."""
+    return [name for name in STEPS + ["lm_head"] if name in cnt]
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: trace-summary.py TRACE.csv")
@@ -70,9 +83,7 @@ def main():
         if stream:
             return
         sys.exit("trace-summary: no records")
-    n_layers = (len(ks) - 1) // len(STEPS)
-    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
-    names += ["lm_head"] * (len(ks) - len(names))
+    n_layers, names = step_names(len(ks))
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -96,9 +107,7 @@ def main():
     print(f"kernels traced: {len(ks)} ({n_layers} layers); token (first start to last end): {total:.1f} us")
     print(f"{'step':10} {'n':>3} {'lead':>7} {'release':>8} {'span':>7} {'body':>7} {'tail':>6} {'blocks':>7} {'SMs':>5}  us each; span summed")
     tot_span = 0.0
-    for name in STEPS + ["lm_head"]:
-        if name not in cnt:
-            continue
+    for name in in_order(cnt):
         n = cnt[name]
         a = agg[name]
         tot_span += a["span"]
@@ -124,9 +133,7 @@ def main():
 def stream_summary(stream):
     """Phases of the persistent decode kernel (kernels/stream.cu), averaged per step over layers."""
     phs = sorted(stream)
-    n_layers = (len(phs) - 1) // len(STEPS)
-    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
-    names += ["lm_head"] * (len(phs) - len(names))
+    n_layers, names = step_names(len(phs))
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -153,9 +160,7 @@ def stream_summary(stream):
     print(f"{'phase':10} {'n':>3} {'release':>8} {'stage':>7} {'body':>7} {'tail':>6} {'ringwait':>9} "
           f"{'pieces':>7} {'span':>7}  us each; span summed")
     tot = 0.0
-    for name in STEPS + ["lm_head"]:
-        if name not in cnt:
-            continue
+    for name in in_order(cnt):
         n, a = cnt[name], agg[name]
         tot += a["span"]
         print(f"{name:10} {n:3d} {a['release']/n:8.2f} {a['stage']/n:7.2f} {a['body']/n:7.2f} {a['tail']/n:6.2f} "

@@ -26,6 +26,27 @@ grep -Eq "^lm_head +1 +2\.00 +1\.00 +10\.00 +9\.00 " "$T/out"
 grep -Eq "^sum +110\.0$" "$T/out"
 grep -q "mean over 1 blocks (us): K/V and q in 1.00, scores + softmax + V sum 1.00, cluster barrier 1.00, combine 1.00, to the end 5.00" "$T/out"
 grep -q "single blocks, mean over 1 (us): K/V and q in 2.00, scores + softmax + V sum 3.00, to the end 4.00" "$T/out"
+# the persistent kernel's records (kind 4: one per block and phase; units is the phase): 11
+# phases of 3 blocks, each phase 10 us; its wait returns 1 us in, x staged 0.5 us later (not in
+# attention phases), blocks end 2, 1 and 0 us before the phase's end; 3.2 us of ring waits over
+# 8 warps and 6 pieces a block
+"$PY" - "$T/stream.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n")
+    for k in range(11):
+        t0, t1 = 10000 * k, 10000 * k + 1000
+        m0 = 0 if k % 5 == 1 and k < 10 else t1 + 500
+        for b in range(3):
+            t2 = 10000 * (k + 1) - 1000 * (2 - b)
+            f.write(f"9,4,{k},{b},{b},{t0},{t1},{t2},{m0},{t0 + 3200},{t0 + 6},0\n")
+PY
+"$PY" "$R/bench/trace-summary.py" "$T/stream.csv" > "$T/out"
+grep -q "persistent kernel: 11 phases (2 layers); first start to last end 110.0 us" "$T/out"
+grep -Eq "^q/k/v +2 +0\.50 +0\.50 +7\.50 +1\.00 +0\.40 +6\.0 +10\.00 +20\.0$" "$T/out"
+grep -Eq "^attention +2 +1\.00 +0\.00 +8\.00 +1\.00 +0\.40 +6\.0 +10\.00 +20\.0$" "$T/out"
+grep -Eq "^lm_head +1 +1\.00 +0\.50 +7\.50 +1\.00 +0\.40 +6\.0 +10\.00 +10\.0$" "$T/out"
+grep -Eq "^sum +110\.0$" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
@@ -35,6 +56,9 @@ grep -q "missing.csv: No such file" "$T/err"
 printf "a,b\n1,2\n" > "$T/bad.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/bad.csv" 2> "$T/err"; then exit 1; fi
 grep -q "bad.csv: line 2: not a thin-run timeline" "$T/err"
+printf "grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n9,4,0,0,0,1,2,x,0,0,0,0\n" > "$T/badstream.csv"
+if "$PY" "$R/bench/trace-summary.py" "$T/badstream.csv" 2> "$T/err"; then exit 1; fi
+grep -q "badstream.csv: line 2: bad stream record" "$T/err"
 if "$PY" "$R/bench/trace-summary.py" 2> "$T/err"; then exit 1; fi
 grep -q "usage" "$T/err"
 exit 0
