@@ -10,6 +10,7 @@
 
 #include "../tools/thin-run/sampler.h"
 #include "cuda_session.cuh"
+#include "matvec_dev.cuh"
 
 #define MAX_BATCH 512u
 
@@ -494,6 +495,84 @@ extern "C" int cuda_copy_bandwidth(size_t bytes, double *bytes_per_s, char *err,
         return -1;
     }
     *bytes_per_s = 2.0 * (double)bytes / (best * 1e-3);
+    return 0;
+}
+
+/* The decode matvec's weight stream without its arithmetic (cuda_read_bandwidth): each warp
+ * XORs its rows' words; a word is written only in the unlikely case that the XOR hits `never`,
+ * which keeps the loads. */
+__global__ void __launch_bounds__(256) read_probe_kernel(const uint4 *p, uint32_t rows, uint32_t vpr,
+                                                          uint32_t never, uint32_t *out) {
+    const uint32_t lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
+    uint32_t acc = 0;
+    for (uint32_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const uint4 *row = p + (size_t)r * vpr;
+        for (uint32_t b = lane; b < vpr; b += 32 * 8) {
+            uint4 w[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                w[k] = b + 32 * k < vpr ? ld_stream(row + b + 32 * k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc ^= w[k].x ^ w[k].y ^ w[k].z ^ w[k].w;
+        }
+    }
+    if (acc == never) out[blockIdx.x] = acc;
+}
+
+extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_per_sm, double *single,
+                                   double *stream, char *err, size_t errlen) {
+    if (!row_bytes || row_bytes % 16 || bytes < row_bytes || blocks_per_sm < 1) {
+        if (err && errlen) snprintf(err, errlen, "read bandwidth: bad arguments");
+        return -1;
+    }
+    const uint32_t rows = (uint32_t)(bytes / row_bytes);
+    bytes = (size_t)rows * row_bytes;
+    /* copies that together exceed L2 several times over, so that no launch reads from L2 */
+    const size_t n_copy = bytes >= ((size_t)256 << 20) ? 2 : ((size_t)256 << 20) / bytes + 1;
+    uint8_t *buf = NULL;
+    uint32_t *out = NULL;
+    cudaEvent_t ev[4] = {};
+    const int n_ev = 4, n_b2b = 16;
+    int n_sm = 0;
+    float best = 0.0f, b2b = 0.0f;
+    cudaError_t e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&buf, n_copy * bytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&out, (size_t)n_sm * blocks_per_sm * sizeof(uint32_t));
+    if (e == cudaSuccess) e = cudaMemset(buf, 0x5a, n_copy * bytes);
+    for (int i = 0; e == cudaSuccess && i < n_ev; i++) e = cudaEventCreate(&ev[i]);
+    const dim3 grid((unsigned)(n_sm * blocks_per_sm)), block(256);
+    size_t at = 0;
+    /* alone: an event pair round each launch, the GPU idle between them */
+    for (int i = 0; e == cudaSuccess && i < 16; i++, at = (at + 1) % n_copy) {
+        float ms = 0.0f;
+        e = cudaEventRecord(ev[0]);
+        read_probe_kernel<<<grid, block>>>((const uint4 *)(buf + at * bytes), rows, row_bytes / 16, 0x9e3779b9u, out);
+        if (e == cudaSuccess) e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaEventRecord(ev[1]);
+        if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        if (e == cudaSuccess && i >= 2 && (best == 0.0f || ms < best)) best = ms;
+    }
+    /* back to back: n_b2b launches between one event pair */
+    if (e == cudaSuccess) e = cudaEventRecord(ev[2]);
+    for (int i = 0; e == cudaSuccess && i < n_b2b; i++, at = (at + 1) % n_copy) {
+        read_probe_kernel<<<grid, block>>>((const uint4 *)(buf + at * bytes), rows, row_bytes / 16, 0x9e3779b9u, out);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(ev[3]);
+    if (e == cudaSuccess) e = cudaEventSynchronize(ev[3]);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&b2b, ev[2], ev[3]);
+    for (int i = 0; i < n_ev; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    cudaFree(buf);
+    cudaFree(out);
+    if (e != cudaSuccess || best <= 0.0f || b2b <= 0.0f) {
+        if (err && errlen) snprintf(err, errlen, "read bandwidth: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *single = (double)bytes / (best * 1e-3);
+    *stream = (double)bytes * n_b2b / (b2b * 1e-3);
     return 0;
 }
 

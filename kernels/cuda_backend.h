@@ -1,7 +1,8 @@
 /*
  * cuda_backend.h — C additions to the CUDA backend's contract (tools/thin-run/backend.h holds the
- * session functions): the session's last error message, the device description, and a
- * device-to-device copy bandwidth probe for reporting speeds against the memory limit.
+ * session functions): the session's last error message, the device description, a
+ * device-to-device copy bandwidth probe for reporting speeds against the memory limit, and a read
+ * bandwidth probe in the decode matvec's access pattern.
  */
 #ifndef THIN_CUDA_BACKEND_H
 #define THIN_CUDA_BACKEND_H
@@ -27,6 +28,15 @@ int cuda_device_describe(char *buf, size_t len);
 /* Measures device-to-device copy bandwidth with cudaMemcpy over `bytes` (read + write bytes counted,
  * best of several runs) into *bytes_per_s. 0, or -1 with a message in err. */
 int cuda_copy_bandwidth(size_t bytes, double *bytes_per_s, char *err, size_t errlen);
+
+/* Read bandwidth of one kernel that streams `bytes` of rows of row_bytes (a multiple of 16) the way
+ * the decode matvec does (a warp per row, rows r, r + all warps, ...; 16-byte loads, 8 per lane in
+ * flight, nothing written), with blocks_per_sm blocks of 8 warps on every SM. Launches rotate over
+ * copies of the data that together exceed L2. *single: bytes / the fastest launch timed alone
+ * (launch and ramp included); *stream: bytes / the mean launch of a back-to-back sequence. 0, or
+ * -1 with a message in err. */
+int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_per_sm, double *single, double *stream,
+                        char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
