@@ -498,13 +498,16 @@ extern "C" int cuda_copy_bandwidth(size_t bytes, double *bytes_per_s, char *err,
     return 0;
 }
 
-/* The decode matvec's weight stream without its arithmetic (cuda_read_bandwidth): each warp
- * XORs its rows' words; a word is written only in the unlikely case that the XOR hits `never`,
- * which keeps the loads. */
+/* The decode matvec's weight stream without its arithmetic (cuda_read_bandwidth,
+ * cuda_read_sequence): each warp XORs its rows' words; a word is written only in the unlikely case
+ * that the XOR hits `never`, which keeps the loads. As the matvec, it lets the next kernel launch
+ * at once and waits for the previous one (programmatic dependent launch) after its first loads. */
 __global__ void __launch_bounds__(256) read_probe_kernel(const uint4 *p, uint32_t rows, uint32_t vpr,
                                                           uint32_t never, uint32_t *out) {
+    pdl_trigger();
     const uint32_t lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     uint32_t acc = 0;
+    bool waited = false;
     for (uint32_t r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const uint4 *row = p + (size_t)r * vpr;
         for (uint32_t b = lane; b < vpr; b += 32 * 8) {
@@ -512,10 +515,15 @@ __global__ void __launch_bounds__(256) read_probe_kernel(const uint4 *p, uint32_
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 w[k] = b + 32 * k < vpr ? ld_stream(row + b + 32 * k) : make_uint4(0, 0, 0, 0);
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
 #pragma unroll
             for (int k = 0; k < 8; k++) acc ^= w[k].x ^ w[k].y ^ w[k].z ^ w[k].w;
         }
     }
+    if (!waited) pdl_wait();
     if (acc == never) out[blockIdx.x] = acc;
 }
 
@@ -573,6 +581,64 @@ extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_
     }
     *single = (double)bytes / (best * 1e-3);
     *stream = (double)bytes * n_b2b / (b2b * 1e-3);
+    return 0;
+}
+
+extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_bytes, int n, int reps,
+                                  int blocks_per_sm, int pdl, double *seconds, char *err, size_t errlen) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!row_bytes[i] || row_bytes[i] % 16 || bytes[i] < row_bytes[i] || bytes[i] / row_bytes[i] > UINT32_MAX) {
+            if (err && errlen) snprintf(err, errlen, "read sequence: bad matrix %d", i);
+            return -1;
+        }
+        total += (bytes[i] / row_bytes[i] * row_bytes[i] + 255) / 256 * 256;
+    }
+    if (n < 1 || reps < 1 || blocks_per_sm < 1) {
+        if (err && errlen) snprintf(err, errlen, "read sequence: bad arguments");
+        return -1;
+    }
+    uint8_t *buf = NULL;
+    uint32_t *out = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaStream_t st = NULL;
+    int n_sm = 0;
+    float ms = 0.0f;
+    const int pdl_was = thin_cuda_pdl;
+    thin_cuda_pdl = pdl;
+    cudaError_t e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&buf, total);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&out, (size_t)n_sm * blocks_per_sm * sizeof(uint32_t));
+    if (e == cudaSuccess) e = cudaMemset(buf, 0x5a, total);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&e0);
+    if (e == cudaSuccess) e = cudaEventCreate(&e1);
+    const dim3 grid((unsigned)(n_sm * blocks_per_sm)), block(256);
+    for (int rep = -1; e == cudaSuccess && rep < reps; rep++) { /* rep -1: warm-up, untimed */
+        if (rep == 0) e = cudaEventRecord(e0, st);
+        uint64_t at = 0;
+        for (int i = 0; e == cudaSuccess && i < n; i++) {
+            const uint32_t rows = (uint32_t)(bytes[i] / row_bytes[i]);
+            e = launch_k(read_probe_kernel, grid, block, 0, st, (const uint4 *)(buf + at), rows, row_bytes[i] / 16,
+                         0x9e3779b9u, out);
+            at += ((uint64_t)rows * row_bytes[i] + 255) / 256 * 256;
+        }
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(e1, st);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, e0, e1);
+    thin_cuda_pdl = pdl_was;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (st) cudaStreamDestroy(st);
+    cudaFree(buf);
+    cudaFree(out);
+    if (e != cudaSuccess || ms <= 0.0f) {
+        if (err && errlen) snprintf(err, errlen, "read sequence: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *seconds = ms * 1e-3 / reps;
     return 0;
 }
 

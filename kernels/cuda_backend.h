@@ -38,6 +38,14 @@ int cuda_copy_bandwidth(size_t bytes, double *bytes_per_s, char *err, size_t err
 int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_per_sm, double *single, double *stream,
                         char *err, size_t errlen);
 
+/* The same reads as a sequence of kernels, one per matrix (bytes[i] in rows of row_bytes[i]),
+ * launched back to back (pdl: with programmatic dependent launch, as the decode does), reps
+ * times after one untimed pass; *seconds: the time of one pass, which for the matrices of a
+ * decode token bounds the per-op kernels' token rate from the reads alone. Every matrix has its
+ * own memory. 0, or -1 with a message in err. */
+int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_bytes, int n, int reps, int blocks_per_sm,
+                       int pdl, double *seconds, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
