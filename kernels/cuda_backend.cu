@@ -527,14 +527,30 @@ __global__ void __launch_bounds__(256) read_probe_kernel(const uint4 *p, uint32_
     if (acc == never) out[blockIdx.x] = acc;
 }
 
+/* Bytes a probe matrix of `bytes` in rows of row_bytes takes: its whole rows, rounded up to 256. */
+static uint64_t probe_span(uint64_t bytes, uint32_t row_bytes) {
+    return (bytes / row_bytes * row_bytes + 255) / 256 * 256;
+}
+
+/* One probe launch over the whole rows of `bytes` at p on stream st (pdl: with programmatic
+ * dependent launch). */
+static cudaError_t probe_launch(const uint8_t *p, uint64_t bytes, uint32_t row_bytes, dim3 grid, cudaStream_t st,
+                                int pdl, uint32_t *out) {
+    const int pdl_was = thin_cuda_pdl;
+    thin_cuda_pdl = pdl;
+    const cudaError_t e = launch_k(read_probe_kernel, grid, dim3(256), 0, st, (const uint4 *)p,
+                                   (uint32_t)(bytes / row_bytes), row_bytes / 16, 0x9e3779b9u, out);
+    thin_cuda_pdl = pdl_was;
+    return e;
+}
+
 extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_per_sm, double *single,
                                    double *stream, char *err, size_t errlen) {
     if (!row_bytes || row_bytes % 16 || bytes < row_bytes || blocks_per_sm < 1) {
         if (err && errlen) snprintf(err, errlen, "read bandwidth: bad arguments");
         return -1;
     }
-    const uint32_t rows = (uint32_t)(bytes / row_bytes);
-    bytes = (size_t)rows * row_bytes;
+    bytes = bytes / row_bytes * row_bytes; /* whole rows */
     /* copies that together exceed L2 several times over, so that no launch reads from L2 */
     const size_t n_copy = bytes >= ((size_t)256 << 20) ? 2 : ((size_t)256 << 20) / bytes + 1;
     uint8_t *buf = NULL;
@@ -548,14 +564,13 @@ extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_
     if (e == cudaSuccess) e = cudaMalloc((void **)&out, (size_t)n_sm * blocks_per_sm * sizeof(uint32_t));
     if (e == cudaSuccess) e = cudaMemset(buf, 0x5a, n_copy * bytes);
     for (int i = 0; e == cudaSuccess && i < n_ev; i++) e = cudaEventCreate(&ev[i]);
-    const dim3 grid((unsigned)(n_sm * blocks_per_sm)), block(256);
+    const dim3 grid((unsigned)(n_sm * blocks_per_sm));
     size_t at = 0;
     /* alone: an event pair round each launch, the GPU idle between them */
     for (int i = 0; e == cudaSuccess && i < 16; i++, at = (at + 1) % n_copy) {
         float ms = 0.0f;
         e = cudaEventRecord(ev[0]);
-        read_probe_kernel<<<grid, block>>>((const uint4 *)(buf + at * bytes), rows, row_bytes / 16, 0x9e3779b9u, out);
-        if (e == cudaSuccess) e = cudaGetLastError();
+        if (e == cudaSuccess) e = probe_launch(buf + at * bytes, bytes, row_bytes, grid, 0, 0, out);
         if (e == cudaSuccess) e = cudaEventRecord(ev[1]);
         if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
         if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
@@ -563,10 +578,8 @@ extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_
     }
     /* back to back: n_b2b launches between one event pair */
     if (e == cudaSuccess) e = cudaEventRecord(ev[2]);
-    for (int i = 0; e == cudaSuccess && i < n_b2b; i++, at = (at + 1) % n_copy) {
-        read_probe_kernel<<<grid, block>>>((const uint4 *)(buf + at * bytes), rows, row_bytes / 16, 0x9e3779b9u, out);
-        e = cudaGetLastError();
-    }
+    for (int i = 0; e == cudaSuccess && i < n_b2b; i++, at = (at + 1) % n_copy)
+        e = probe_launch(buf + at * bytes, bytes, row_bytes, grid, 0, 0, out);
     if (e == cudaSuccess) e = cudaEventRecord(ev[3]);
     if (e == cudaSuccess) e = cudaEventSynchronize(ev[3]);
     if (e == cudaSuccess) e = cudaEventElapsedTime(&b2b, ev[2], ev[3]);
@@ -592,7 +605,7 @@ extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_byt
             if (err && errlen) snprintf(err, errlen, "read sequence: bad matrix %d", i);
             return -1;
         }
-        total += (bytes[i] / row_bytes[i] * row_bytes[i] + 255) / 256 * 256;
+        total += probe_span(bytes[i], row_bytes[i]);
     }
     if (n < 1 || reps < 1 || blocks_per_sm < 1) {
         if (err && errlen) snprintf(err, errlen, "read sequence: bad arguments");
@@ -604,8 +617,6 @@ extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_byt
     cudaStream_t st = NULL;
     int n_sm = 0;
     float ms = 0.0f;
-    const int pdl_was = thin_cuda_pdl;
-    thin_cuda_pdl = pdl;
     cudaError_t e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
     if (e == cudaSuccess) e = cudaMalloc((void **)&buf, total);
     if (e == cudaSuccess) e = cudaMalloc((void **)&out, (size_t)n_sm * blocks_per_sm * sizeof(uint32_t));
@@ -613,21 +624,18 @@ extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_byt
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreate(&e0);
     if (e == cudaSuccess) e = cudaEventCreate(&e1);
-    const dim3 grid((unsigned)(n_sm * blocks_per_sm)), block(256);
+    const dim3 grid((unsigned)(n_sm * blocks_per_sm));
     for (int rep = -1; e == cudaSuccess && rep < reps; rep++) { /* rep -1: warm-up, untimed */
         if (rep == 0) e = cudaEventRecord(e0, st);
         uint64_t at = 0;
         for (int i = 0; e == cudaSuccess && i < n; i++) {
-            const uint32_t rows = (uint32_t)(bytes[i] / row_bytes[i]);
-            e = launch_k(read_probe_kernel, grid, block, 0, st, (const uint4 *)(buf + at), rows, row_bytes[i] / 16,
-                         0x9e3779b9u, out);
-            at += ((uint64_t)rows * row_bytes[i] + 255) / 256 * 256;
+            e = probe_launch(buf + at, bytes[i], row_bytes[i], grid, st, pdl, out);
+            at += probe_span(bytes[i], row_bytes[i]);
         }
     }
     if (e == cudaSuccess) e = cudaEventRecord(e1, st);
     if (e == cudaSuccess) e = cudaEventSynchronize(e1);
     if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, e0, e1);
-    thin_cuda_pdl = pdl_was;
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     if (st) cudaStreamDestroy(st);
