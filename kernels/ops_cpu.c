@@ -17,17 +17,10 @@
 
 /* ---- element conversions ---- */
 
-static inline float bits_to_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
+static inline float bf16_to_f32(uint16_t h) { return thin_f32_from_bits((uint32_t)h << 16); }
 
 static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
+    uint32_t u = thin_f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
     u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
     return (uint16_t)(u >> 16);
@@ -36,8 +29,8 @@ static inline uint16_t f32_to_bf16(float f) {
 static float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-    if (exp == 0x1F) return bits_to_f32(sign | 0x7F800000u | (man << 13));
-    if (exp != 0) return bits_to_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    if (exp == 0x1F) return thin_f32_from_bits(sign | 0x7F800000u | (man << 13));
+    if (exp != 0) return thin_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
     float v = (float)man * 0x1p-24f; /* subnormal or zero */
     return sign ? -v : v;
 }

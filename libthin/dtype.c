@@ -59,20 +59,6 @@ thin_dtype thin_dtype_from_name(const char *name)
 
 /* ---- bit helpers ---- */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* v >> s rounded to nearest, ties to even; v < 2^25. */
 static inline uint32_t shift_rne(uint32_t v, unsigned s)
 {
@@ -124,12 +110,12 @@ static inline uint32_t bf16_widen(uint16_t h)
 
 float thin_bf16_to_f32(uint16_t h)
 {
-    return f32_from_bits(bf16_widen(h));
+    return thin_f32_from_bits(bf16_widen(h));
 }
 
 uint16_t thin_f32_to_bf16(float f)
 {
-    return bf16_round(f32_bits(f));
+    return bf16_round(thin_f32_bits(f));
 }
 
 /* ---- F16 ---- */
@@ -138,17 +124,17 @@ float thin_f16_to_f32(uint16_t h)
 {
     uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
     if (e == 31)
-        return f32_from_bits(s | 0x7f800000u | (m << 13) | (m ? 0x00400000u : 0));
+        return thin_f32_from_bits(s | 0x7f800000u | (m << 13) | (m ? 0x00400000u : 0));
     if (e == 0) {
         float v = (float)m * 0x1p-24f; /* exact: m < 2^10 */
-        return f32_from_bits(s | f32_bits(v));
+        return thin_f32_from_bits(s | thin_f32_bits(v));
     }
-    return f32_from_bits(s | ((e + 112u) << 23) | (m << 13));
+    return thin_f32_from_bits(s | ((e + 112u) << 23) | (m << 13));
 }
 
 uint16_t thin_f32_to_f16(float f)
 {
-    uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+    uint32_t u = thin_f32_bits(f), a = u & 0x7fffffffu;
     uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
     if (a > 0x7f800000u)
         return (uint16_t)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
@@ -164,15 +150,15 @@ float thin_e4m3_to_f32(uint8_t b)
 {
     uint32_t s = (uint32_t)(b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
     if (e == 15 && m == 7)
-        return f32_from_bits(s | 0x7fc00000u);
+        return thin_f32_from_bits(s | 0x7fc00000u);
     if (e == 0)
-        return f32_from_bits(s | f32_bits((float)m * 0x1p-9f));
-    return f32_from_bits(s | ((e + 120u) << 23) | (m << 20));
+        return thin_f32_from_bits(s | thin_f32_bits((float)m * 0x1p-9f));
+    return thin_f32_from_bits(s | ((e + 120u) << 23) | (m << 20));
 }
 
 uint8_t thin_f32_to_e4m3(float f)
 {
-    uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+    uint32_t u = thin_f32_bits(f), a = u & 0x7fffffffu;
     uint8_t s = (uint8_t)((u >> 24) & 0x80u);
     if (a > 0x7f800000u)
         return (uint8_t)(s | 0x7fu);
@@ -191,7 +177,7 @@ float thin_e5m2_to_f32(uint8_t b)
 
 static uint8_t e5m2_encode(float f, int saturate)
 {
-    uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+    uint32_t u = thin_f32_bits(f), a = u & 0x7fffffffu;
     uint8_t s = (uint8_t)((u >> 24) & 0x80u);
     uint8_t top = saturate ? 0x7bu : 0x7cu;
     if (a > 0x7f800000u)
@@ -275,10 +261,10 @@ static float f64_to_f32_odd(double d)
     float t = (float)d;
     if (t != t || d == (double)t)
         return t;
-    uint32_t u = f32_bits(t);
+    uint32_t u = thin_f32_bits(t);
     if (!(fabs((double)t) < fabs(d)))
         u -= 1; /* |t| overshot (possibly to Inf): step one ulp toward zero */
-    return f32_from_bits(u | 1u);
+    return thin_f32_from_bits(u | 1u);
 }
 
 static int is_float_dtype(thin_dtype t)

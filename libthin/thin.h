@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -148,6 +149,19 @@ typedef enum thin_codec {
  * F16/BF16/E5M2 overflow to ±Inf as IEEE does, except the *_sat variants which saturate to the
  * largest finite value (Inf in gives ±max, NaN stays NaN). E4M3 has no Inf: it always saturates
  * to ±448, and Inf in gives ±448. */
+/* The bits of an F32 and back (no conversion). */
+static inline uint32_t thin_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float thin_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 float thin_bf16_to_f32(uint16_t h);
 uint16_t thin_f32_to_bf16(float f);
 float thin_f16_to_f32(uint16_t h);

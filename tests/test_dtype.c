@@ -16,20 +16,6 @@
 
 #include "thin.h"
 
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rng32(void)
@@ -103,7 +89,7 @@ static void check_exhaustive(const fmt *F)
         if (isnan(r)) {
             assert_true(isnan(v));
             assert_int_equal(signbit(v) != 0, (c & sign) != 0);
-            assert_true(bits_of(v) & 0x00400000u); /* quiet */
+            assert_true(thin_f32_bits(v) & 0x00400000u); /* quiet */
             unsigned back = F->encode(v);
             assert_true(is_nan_code(F, back));
             assert_int_equal(back & sign, c & sign);
@@ -215,7 +201,7 @@ static void test_overflow_and_saturation(void **state)
 static void test_nan_and_zero(void **state)
 {
     float qn = NAN, nqn = -NAN;
-    float sn = float_of(0x7f800001u), nsn = float_of(0xff800001u); /* signaling, low payload */
+    float sn = thin_f32_from_bits(0x7f800001u), nsn = thin_f32_from_bits(0xff800001u); /* signaling, low payload */
     assert_int_equal(thin_f32_to_e4m3(qn), 0x7f);
     assert_int_equal(thin_f32_to_e4m3(nqn), 0xff);
     assert_int_equal(thin_f32_to_e4m3(sn), 0x7f);
@@ -261,14 +247,14 @@ static void test_subnormals(void **state)
     assert_int_equal(thin_f32_to_f16(0x1.ff8p-15f), 0x03ff);       /* largest subnormal */
     assert_int_equal(thin_f32_to_f16(0x1.ffcp-15f), 0x0400);       /* tie rounds up to 2^-14 */
     /* F32 subnormal inputs */
-    float tiny = float_of(0x00000001u);
+    float tiny = thin_f32_from_bits(0x00000001u);
     assert_int_equal(thin_f32_to_f16(tiny), 0x0000);
     assert_int_equal(thin_f32_to_f16(-tiny), 0x8000);
     assert_int_equal(thin_f32_to_bf16(tiny), 0x0000);
-    assert_int_equal(thin_f32_to_bf16(float_of(0x00008000u)), 0x0000); /* tie to even */
-    assert_int_equal(thin_f32_to_bf16(float_of(0x00018000u)), 0x0002); /* tie to even */
-    assert_int_equal(thin_f32_to_bf16(float_of(0x00008001u)), 0x0001);
-    assert_int_equal(thin_f32_to_bf16(float_of(0x007fffffu)), 0x0080); /* up to smallest normal */
+    assert_int_equal(thin_f32_to_bf16(thin_f32_from_bits(0x00008000u)), 0x0000); /* tie to even */
+    assert_int_equal(thin_f32_to_bf16(thin_f32_from_bits(0x00018000u)), 0x0002); /* tie to even */
+    assert_int_equal(thin_f32_to_bf16(thin_f32_from_bits(0x00008001u)), 0x0001);
+    assert_int_equal(thin_f32_to_bf16(thin_f32_from_bits(0x007fffffu)), 0x0080); /* up to smallest normal */
     assert_true(thin_bf16_to_f32(0x0001) == 0x1p-133f);
 }
 
@@ -304,7 +290,7 @@ static void check_random(const fmt *F, int sat, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         float x;
         if (i & 1) {
-            x = float_of(rng32());
+            x = thin_f32_from_bits(rng32());
             if (isnan(x))
                 continue;
         } else {
@@ -407,7 +393,7 @@ static void test_convert_every_pair(void **state)
             size_t bytes = N * thin_dtype_size(dt);
             for (size_t i = 0; i < N; i++) {
                 float g = get(dst, dt, i), w = get(want, dt, i);
-                if (isnan(w) ? !isnan(g) : bits_of(g) != bits_of(w))
+                if (isnan(w) ? !isnan(g) : thin_f32_bits(g) != thin_f32_bits(w))
                     fail_msg("%s -> %s element %zu: %a vs %a", thin_dtype_name(st),
                              thin_dtype_name(dt), i, (double)g, (double)w);
             }
@@ -424,11 +410,11 @@ static void test_convert_f16_bulk_matches_scalar(void **state)
         h[i] = (uint16_t)i;
     assert_int_equal(thin_convert(f, THIN_DTYPE_F32, h, THIN_DTYPE_F16, 65536), THIN_OK);
     for (unsigned i = 0; i < 65536; i++)
-        assert_int_equal(bits_of(f[i]), bits_of(thin_f16_to_f32((uint16_t)i)));
+        assert_int_equal(thin_f32_bits(f[i]), thin_f32_bits(thin_f16_to_f32((uint16_t)i)));
     for (unsigned round = 0; round < 40; round++) {
         for (unsigned i = 0; i < 65536; i++) {
             uint32_t u = rng32();
-            f[i] = (round & 1) ? float_of(u) : (float)ldexp((double)(u >> 8), -(int)(round + 10));
+            f[i] = (round & 1) ? thin_f32_from_bits(u) : (float)ldexp((double)(u >> 8), -(int)(round + 10));
         }
         assert_int_equal(thin_convert(back, THIN_DTYPE_F16, f, THIN_DTYPE_F32, 65536), THIN_OK);
         for (unsigned i = 0; i < 65536; i++)
@@ -448,12 +434,12 @@ static void test_convert_bf16_bulk_matches_scalar(void **state)
     u[0] = 0x7f800001u; u[1] = 0xffc00000u; u[2] = 0x00008000u; u[3] = 0x7f7fffffu;
     assert_int_equal(thin_convert(h, THIN_DTYPE_BF16, u, THIN_DTYPE_F32, 65536), THIN_OK);
     for (unsigned i = 0; i < 65536; i++)
-        assert_int_equal(h[i], thin_f32_to_bf16(float_of(u[i])));
+        assert_int_equal(h[i], thin_f32_to_bf16(thin_f32_from_bits(u[i])));
     for (unsigned i = 0; i < 65536; i++)
         h[i] = (uint16_t)i;
     assert_int_equal(thin_convert(f, THIN_DTYPE_F32, h, THIN_DTYPE_BF16, 65536), THIN_OK);
     for (unsigned i = 0; i < 65536; i++)
-        assert_int_equal(bits_of(f[i]), bits_of(thin_bf16_to_f32((uint16_t)i)));
+        assert_int_equal(thin_f32_bits(f[i]), thin_f32_bits(thin_bf16_to_f32((uint16_t)i)));
 }
 
 /* F64 sources round once, from the double, not twice through float. */

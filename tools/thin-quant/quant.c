@@ -151,20 +151,6 @@ static float row_amax(const float *x, size_t n, size_t *bad)
     return amax;
 }
 
-static inline uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* E4M3 code of a finite v (saturated to ±448), and the code's value in *value: the same result as
  * thin_f32_to_e4m3 (round to nearest even; the tests compare them), but branch-free so that the
  * loop over a row vectorises. Normal range: round the F32 significand to 3 bits in place (a carry
@@ -172,15 +158,15 @@ static inline float float_of(uint32_t u)
  * being the smallest normal code, by adding and subtracting 2^23 in round-to-nearest-even. */
 static inline uint8_t e4m3_encode_fast(float v, float *value)
 {
-    uint32_t u = bits_of(v), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    uint32_t u = thin_f32_bits(v), sign = u & 0x80000000u, a = u & 0x7fffffffu;
     a = a < 0x43e00000u ? a : 0x43e00000u; /* saturate at 448 */
     uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) & 0xfff00000u;
     uint32_t normal_code = (r >> 20) - (120u << 3);
-    float sub = (float_of(a) * 512.0f + 0x1p23f) - 0x1p23f;
-    uint32_t sub_code = (uint32_t)(int32_t)sub, sub_bits = bits_of(sub * 0x1p-9f);
+    float sub = (thin_f32_from_bits(a) * 512.0f + 0x1p23f) - 0x1p23f;
+    uint32_t sub_code = (uint32_t)(int32_t)sub, sub_bits = thin_f32_bits(sub * 0x1p-9f);
     uint32_t normal = 0u - (uint32_t)(a >= 0x3c800000u); /* all ones when |v| >= 2^-6 */
     uint32_t code = (normal_code & normal) | (sub_code & ~normal);
-    *value = float_of(((r & normal) | (sub_bits & ~normal)) | sign);
+    *value = thin_f32_from_bits(((r & normal) | (sub_bits & ~normal)) | sign);
     return (uint8_t)(code | (sign >> 24));
 }
 
@@ -215,9 +201,9 @@ static void row_codes(const float *restrict x, size_t n, float scale, uint8_t *r
  * which only the ranking of candidate scales uses (such elements weigh nothing in a row's error). */
 static inline float e4m3_value_normal(float a)
 {
-    uint32_t u = bits_of(a);
+    uint32_t u = thin_f32_bits(a);
     u = u < 0x43e00000u ? u : 0x43e00000u;
-    return float_of((u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u);
+    return thin_f32_from_bits((u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u);
 }
 
 /* Σ (value(ax[j] · inv) · s − ax[j])² in F32 over magnitudes ax: the cost that ranks candidate
