@@ -17,6 +17,10 @@ expect 2 "$P" --bogus "$FIX/stories260k"
 expect 2 "$P" --dtype f8 "$FIX/stories260k" -o "$T/x.thin"
 expect 2 "$P" --compress lz4 "$FIX/stories260k" -o "$T/x.thin"
 expect 2 "$P" --compress zstd:99 "$FIX/stories260k" -o "$T/x.thin"
+for c in zstd:0 zstd:23 zstd: zstdx zstd:3x; do
+    expect 2 "$P" --compress "$c" "$FIX/stories260k" -o "$T/x.thin"
+    grep -q "is not none, zstd or zstd:1..22" "$T/err" || fail "--compress $c message"
+done
 expect 2 "$P" --chunk-size 1000 "$FIX/stories260k" -o "$T/x.thin"
 expect 2 "$P" --threads 0 "$FIX/stories260k" -o "$T/x.thin"
 expect 2 "$P" -o

@@ -27,6 +27,7 @@ expect 2 "$Q" --select down:x "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --threads 0 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --chunk-size 1000 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --compress lz4 "$S" -o "$O"
+expect 2 "$Q" --profile bf16 --compress zstd:23 "$S" -o "$O"
 expect 2 "$Q" --profile bf16 --n-layers 0 "$S" -o "$O"
 expect 2 "$Q" --profile quality --scale max "$S" -o "$O"
 grep -q "scale" "$T/err" || exit 1

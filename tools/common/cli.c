@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "thin.h"
+
 static char g_prog[64] = "thin";
 static int g_quiet;
 static int g_progress = -1;
@@ -108,6 +110,22 @@ int cli_parse_int(const char *s, long long lo, long long hi, long long *out)
     if (errno || end == s || *end || v < lo || v > hi)
         return -1;
     *out = v;
+    return 0;
+}
+
+int cli_parse_compress(const char *s, struct thin_writer_options *w)
+{
+    long long level = 0;
+    if (strcmp(s, "none") == 0) {
+        w->codec = THIN_CODEC_NONE;
+        return 0;
+    }
+    if (strncmp(s, "zstd", 4) != 0 || (s[4] && s[4] != ':'))
+        return -1;
+    if (s[4] == ':' && cli_parse_int(s + 5, 1, 22, &level))
+        return -1;
+    w->codec = THIN_CODEC_ZSTD;
+    w->zstd_level = (int)level;
     return 0;
 }
 

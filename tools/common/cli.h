@@ -36,6 +36,10 @@ int cli_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((form
 int cli_parse_size(const char *s, uint64_t *out);
 /* Parses a whole number in [lo, hi]. Returns 0 or -1. */
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+/* Parses a chunk codec, "none", "zstd" or "zstd:LEVEL" (1..22), into w's codec and level.
+ * Returns 0 or -1. */
+struct thin_writer_options;
+int cli_parse_compress(const char *s, struct thin_writer_options *w);
 /* Parses a float. Returns 0 or -1. */
 int cli_parse_float(const char *s, double *out);
 /* Parses a list of ranges "2-33,35,40-41" into a bitmap sel[0..n); an open end "30-" runs to n-1.

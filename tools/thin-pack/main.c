@@ -32,22 +32,6 @@ static void usage(void)
            cli_prog());
 }
 
-static int parse_compress(const char *s, pack_options *o)
-{
-    long long level = 0;
-    if (strcmp(s, "none") == 0) {
-        o->writer.codec = THIN_CODEC_NONE;
-        return 0;
-    }
-    if (strncmp(s, "zstd", 4) != 0 || (s[4] && s[4] != ':'))
-        return -1;
-    if (s[4] == ':' && cli_parse_int(s + 5, 1, 22, &level))
-        return -1;
-    o->writer.codec = THIN_CODEC_ZSTD;
-    o->writer.zstd_level = (int)level;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, pack_options *o)
 {
     enum { O_TOK = 256, O_DTYPE, O_COMPRESS, O_CHUNK, O_THREADS, O_PROGRESS, O_NO_PROGRESS };
@@ -74,7 +58,7 @@ static int parse_args(int argc, char **argv, pack_options *o)
             o->to_bf16 = strcmp(optarg, "keep") != 0;
             break;
         case O_COMPRESS:
-            if (parse_compress(optarg, o))
+            if (cli_parse_compress(optarg, &o->writer))
                 return cli_usage_error("--compress: '%s' is not none, zstd or zstd:1..22", optarg);
             o->compress = optarg;
             break;

@@ -60,22 +60,6 @@ static void usage(void)
            cli_prog());
 }
 
-static int parse_compress(const char *s, thin_writer_options *w)
-{
-    long long level = 0;
-    if (strcmp(s, "none") == 0) {
-        w->codec = THIN_CODEC_NONE;
-        return 0;
-    }
-    if (strncmp(s, "zstd", 4) != 0 || (s[4] && s[4] != ':'))
-        return -1;
-    if (s[4] == ':' && cli_parse_int(s + 5, 1, 22, &level))
-        return -1;
-    w->codec = THIN_CODEC_ZSTD;
-    w->zstd_level = (int)level;
-    return 0;
-}
-
 /* Options about the choice of tensors. Returns 0 when handled, 1 when c is not one, or an exit
  * code (> 1) for a usage error. */
 enum { O_ROLES = 256, O_LAYERS, O_SELECT, O_NLAYERS, O_COMPRESS, O_CHUNK, O_THREADS, O_JSON,
@@ -131,7 +115,7 @@ static int parse_output(args *a, int c, const char *arg)
     case 'o': a->o.output = arg; return 0;
     case O_JSON: a->json = arg; return 0;
     case O_COMPRESS:
-        if (parse_compress(arg, &a->o.wopt))
+        if (cli_parse_compress(arg, &a->o.wopt))
             return cli_usage_error("--compress: '%s' is not none, zstd or zstd:1..22", arg);
         return 0;
     case O_CHUNK:
