@@ -536,12 +536,8 @@ static uint64_t probe_span(uint64_t bytes, uint32_t row_bytes) {
  * dependent launch). */
 static cudaError_t probe_launch(const uint8_t *p, uint64_t bytes, uint32_t row_bytes, dim3 grid, cudaStream_t st,
                                 int pdl, uint32_t *out) {
-    const int pdl_was = thin_cuda_pdl;
-    thin_cuda_pdl = pdl;
-    const cudaError_t e = launch_k(read_probe_kernel, grid, dim3(256), 0, st, (const uint4 *)p,
-                                   (uint32_t)(bytes / row_bytes), row_bytes / 16, 0x9e3779b9u, out);
-    thin_cuda_pdl = pdl_was;
-    return e;
+    return launch_kcp(read_probe_kernel, grid, dim3(256), 0, st, dim3(0, 0, 0), pdl, (const uint4 *)p,
+                      (uint32_t)(bytes / row_bytes), row_bytes / 16, 0x9e3779b9u, out);
 }
 
 extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_per_sm, double *single,

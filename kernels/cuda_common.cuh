@@ -148,11 +148,11 @@ static inline void set_carveout(const void *k) {
         (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, thin_cuda_carveout);
 }
 
-/* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when enabled,
- * in thread block clusters of cluster_dim blocks unless cluster_dim.x is 0. */
+/* Launches kernel k<<<g, b, smem, st>>>(args...), with programmatic serialisation when pdl is
+ * set, in thread block clusters of cluster_dim blocks unless cluster_dim.x is 0. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
-                                    cudaStream_t st, dim3 cluster_dim, Args... args) {
+static inline cudaError_t launch_kcp(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                     cudaStream_t st, dim3 cluster_dim, int pdl, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
     unsigned n = 0;
@@ -167,7 +167,7 @@ static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t 
         at[n].val.clusterDim.z = cluster_dim.z;
         n++;
     }
-    if (thin_cuda_pdl) {
+    if (pdl) {
         at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[n].val.programmaticStreamSerializationAllowed = 1;
         n++;
@@ -182,6 +182,13 @@ static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t 
         return e;
     }
     return cudaGetLastError();
+}
+
+/* launch_kcp with programmatic serialisation when enabled (thin_cuda_pdl). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,
+                                    cudaStream_t st, dim3 cluster_dim, Args... args) {
+    return launch_kcp(k, g, b, smem, st, cluster_dim, thin_cuda_pdl, args...);
 }
 
 /* launch_kc without clusters. */
