@@ -137,6 +137,10 @@ extern int thin_cuda_mv_minb, thin_cuda_mv_bps, thin_cuda_mv_small_bps, thin_cud
  * keep two batches in flight per warp (matvec_pipe) instead of one, as the other matvecs, in at
  * most BPS blocks per SM (0: as many as fit). */
 extern int thin_cuda_mv_pipe, thin_cuda_mv_pipe_bps;
+/* The per-op matvec stages x with 16-byte loads (four in flight per thread) when it is longer
+ * than thin_cuda_mv_x4 elements (env THIN_CUDA_MV_X4; 0: never; default 4096: the down
+ * projection, whose x of 11008 floats then comes in three rounds instead of six). */
+extern int thin_cuda_mv_x4;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -315,6 +319,7 @@ struct mv_args {
     uint32_t head_dim;   /* rope */
     int kv_dtype;        /* rope: BF16 or F32 */
     const int32_t *pos;  /* rope: device position of the token */
+    uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 

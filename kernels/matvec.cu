@@ -40,7 +40,8 @@ __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t bas
     }
 }
 
-/* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged. */
+/* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged
+ * (16-byte loads for x longer than a.x4 elements: fewer rounds of L2 latency for long rows). */
 template <int DT>
 __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
     float nw[MV_XPRE];
@@ -48,7 +49,9 @@ __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, floa
     kt.start();
     pdl_wait();
     kt.waited();
-    stage_x<DT>(xs, a, a.seg[0].w.cols, a.seg[0].w.pitch, red, nw);
+    const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;
+    if (a.x4 && cols > a.x4) stage_x<DT, true, MV_XPRE / 2>(xs, a, cols, pitch, red, nw);
+    else stage_x<DT>(xs, a, cols, pitch, red, nw);
 }
 
 /* Persistent warps: each takes units (rows, or row pairs) r, r + all warps, ...: loads HB vectors
@@ -69,13 +72,18 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     int seg = 0;
     uint32_t rr = 0;
     float2 rot = make_float2(1.0f, 0.0f);
+    mv_epi<NR> e;
     if (r < total) {
         rows_of<NR>(a, r, rows, &seg, &rr);
         load_batch<NR, HB>(w, rows, lane, nvec);
-        if (rope && lane == 0) rot = rope_rot(a, seg, rr);
+        if (lane == 0) {
+            if (rope) rot = rope_rot(a, seg, rr);
+            epi_weights<DT, NR>(a, seg, rr, e);
+        }
     }
     ktrace kt;
     wait_and_stage<DT>(xs, a, red, kt);
+    if (r < total && lane == 0) epi_resid<NR>(a, rr, e);
     for (; r < total; r += stride) {
         float acc[NR];
 #pragma unroll
@@ -88,14 +96,19 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         const int cur_seg = seg;
         const uint32_t cur_rr = rr;
         const float2 cur_rot = rot;
+        const mv_epi<NR> cur_e = e;
         if (r + stride < total) {
             rows_of<NR>(a, r + stride, rows, &seg, &rr);
             load_batch<NR, HB>(w, rows, lane, nvec);
-            if (rope && lane == 0) rot = rope_rot(a, seg, rr);
+            if (lane == 0) {
+                if (rope) rot = rope_rot(a, seg, rr);
+                epi_weights<DT, NR>(a, seg, rr, e);
+                epi_resid<NR>(a, rr, e);
+            }
         }
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
-        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot);
+        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot, cur_e);
     }
     if (lane == 0) kt.end(TRACE_MV | total << 8, 0); /* one record per warp */
 }
@@ -134,7 +147,12 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
             uint32_t rr;
             rows_of<1>(a, r0 + j * stride, rows, &sg, &rr);
             acc = warp_sum(acc);
-            if (lane == 0) store_row<DT, 1>(a, sg, rr, &acc, make_float2(1.0f, 0.0f));
+            if (lane == 0) {
+                mv_epi<1> e;
+                epi_weights<DT, 1>(a, sg, rr, e);
+                epi_resid<1>(a, rr, e);
+                store_row<DT, 1>(a, sg, rr, &acc, make_float2(1.0f, 0.0f), e);
+            }
             acc = 0.0f;
         }
     };
@@ -153,12 +171,12 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
     if (lane == 0) kt.end(TRACE_MV | total << 8, 0);
 }
 
-/* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__); with 3 or
- * more, batches of MV_UNROLL / 2 vectors per lane and row keep the registers down. PIPE: single
- * rows through matvec_pipe (two blocks per SM, full batches; the launcher picks it for rows of
- * several batches). */
+/* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__; at least
+ * two, which caps the registers at 128 a thread); with 3 or more, batches of MV_UNROLL / 2 vectors
+ * per lane and row keep the registers down. PIPE: single rows through matvec_pipe (two blocks per
+ * SM, full batches; the launcher picks it for rows of several batches). */
 template <int DT, int MINB, int PIPE>
-__global__ void __launch_bounds__(MV_WARPS * 32, PIPE ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
+__global__ void __launch_bounds__(MV_WARPS * 32, PIPE || MINB < 2 ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
@@ -217,7 +235,10 @@ cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap)
     return trace_arm_here(recs, n, cap);
 }
 
-cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st) {
+cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
+    mv_args b = *in;
+    const mv_args *a = &b;
+    b.x4 = thin_cuda_mv_x4;
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
     case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);

@@ -95,25 +95,26 @@ __device__ __forceinline__ void preload_norm(const mv_args &a, uint32_t cols, fl
 
 /* Stages x (optionally RMS-normalised and weighted) into shared memory, zero-padded to pitch,
  * in the plane layout of dot16 (planes pitch / EPV * 4 floats apart). x comes through L2 (other
- * blocks wrote it), MV_XPRE loads in flight per thread; with V4 (the persistent kernel, whose
- * x loads wait behind the weight stream) 16 bytes per load when aligned. The per-op matvec
- * keeps 4-byte loads: 16-byte ones measured slower there (bench/decode-variants.sh). */
-template <int DT, bool V4 = false>
+ * blocks wrote it), MV_XPRE loads in flight per thread; with V4, N4 loads of 16 bytes when
+ * aligned (the persistent kernel, whose x loads wait behind the weight stream, and the per-op
+ * matvec for long rows, where they save rounds of latency; for 2048-element rows they measured no
+ * faster, bench/decode-variants.sh). */
+template <int DT, bool V4 = false, int N4 = MV_XPRE>
 __device__ __forceinline__ void stage_x(float *xs, const mv_args &a, uint32_t cols, uint32_t pitch,
                                         float *red, const float (&nw)[MV_XPRE]) {
     const uint32_t ps = pitch / vec_of<DT>::epv * 4;
     float ss = 0.0f;
     if (V4 && (cols & 3) == 0 && (pitch & 3) == 0 && ((uintptr_t)a.x & 15) == 0) {
         const uint32_t n4 = pitch / 4, c4 = cols / 4;
-        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += MV_XPRE * blockDim.x) {
-            float4 v[MV_XPRE];
+        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += N4 * blockDim.x) {
+            float4 v[N4];
 #pragma unroll
-            for (int k = 0; k < MV_XPRE; k++) {
+            for (int k = 0; k < N4; k++) {
                 const uint32_t i = i0 + k * blockDim.x;
                 v[k] = i < c4 ? __ldcg((const float4 *)a.x + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
-            for (int k = 0; k < MV_XPRE; k++) {
+            for (int k = 0; k < N4; k++) {
                 const uint32_t i = i0 + k * blockDim.x;
                 if (i < n4) { /* four consecutive elements: one float4 of a plane */
                     *(float4 *)&xs[x_index<DT>(4 * i, ps)] = v[k];
@@ -168,18 +169,50 @@ __device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr)
     return make_float2((float)cs, (float)sn);
 }
 
-/* Rope epilogue: rows (rr, rr + half) of segment s, rotated by rot (as op_rope), written out and
- * into the segment's cache row *pos. */
+/* The epilogue's operands of one unit, fetched by lane 0 while the unit's weights are in flight
+ * rather than after its reduction: the FP8 row scales (1 when none), the residual row (single
+ * rows with a residual add; only after the dependency wait) and the position (rope). */
+template <int NR>
+struct mv_epi {
+    float sc[NR];
+    float res;
+    int32_t pos;
+};
+
+template <int DT, int NR>
+__device__ __forceinline__ void epi_weights(const mv_args &a, int s, uint32_t rr, mv_epi<NR> &e) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) e.sc[i] = 1.0f;
+    e.res = 0.0f;
+    e.pos = 0;
+    if (NR == 2 && a.rope) e.pos = *a.pos;
+    if (DT != THIN_DTYPE_F8_E4M3) return;
+    if (NR == 2 && a.rope) {
+        const float *sc = a.seg[s].w.scale;
+        if (sc) e.sc[0] = sc[rr], e.sc[1] = sc[rr + a.head_dim / 2];
+    } else if (NR == 2) { /* gate/up pairs */
+        if (a.seg[0].w.scale) e.sc[0] = a.seg[0].w.scale[rr];
+        if (a.seg[1].w.scale) e.sc[1] = a.seg[1].w.scale[rr];
+    } else if (a.seg[s].w.scale) {
+        e.sc[0] = a.seg[s].w.scale[rr];
+    }
+}
+
+/* The residual row of a single-row unit; written by earlier kernels, so read after the wait. */
+template <int NR>
+__device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<NR> &e) {
+    if (NR == 1 && a.resid) e.res = __ldcg(a.resid + rr);
+}
+
+/* Rope epilogue: rows (rr, rr + half) of segment s (scaled by e), rotated by rot (as op_rope),
+ * written out and into the segment's cache row e.pos. */
 template <int DT>
 __device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
-                                           float2 rot) {
+                                           float2 rot, const mv_epi<2> &e) {
     const mv_seg &g = a.seg[s];
     const uint32_t half = a.head_dim / 2;
-    if (DT == THIN_DTYPE_F8_E4M3 && g.w.scale) {
-        x0 *= g.w.scale[rr];
-        x1 *= g.w.scale[rr + half];
-    }
-    const int32_t pos = *a.pos;
+    x0 *= e.sc[0];
+    x1 *= e.sc[1];
     float y0 = x0, y1 = x1;
     if (g.freq) {
         y0 = x0 * rot.x - x1 * rot.y;
@@ -188,7 +221,7 @@ __device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr,
     g.out[rr] = y0;
     g.out[rr + half] = y1;
     if (g.cache) {
-        const size_t o = (size_t)pos * g.w.rows + rr;
+        const size_t o = (size_t)e.pos * g.w.rows + rr;
         store_kv(g.cache, a.kv_dtype, o, y0);
         store_kv(g.cache, a.kv_dtype, o + half, y1);
     }
@@ -220,27 +253,25 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     }
 }
 
+/* The unit's results acc (NR sums) through its epilogue into the outputs. */
 template <int DT, int NR>
 __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
-                                          float2 rot) {
-    if (NR == 2 && a.rope) {
-        store_rope<DT>(a, s, rr, acc[0], acc[1], rot);
-        return;
-    }
-    if (NR == 2) {
-        float g = acc[0], u = acc[1];
-        if (DT == THIN_DTYPE_F8_E4M3) {
-            if (a.seg[0].w.scale) g *= a.seg[0].w.scale[rr];
-            if (a.seg[1].w.scale) u *= a.seg[1].w.scale[rr];
+                                          float2 rot, const mv_epi<NR> &e) {
+    if constexpr (NR == 2) {
+        if (a.rope) {
+            store_rope<DT>(a, s, rr, acc[0], acc[1], rot, e);
+            return;
         }
+    }
+    if constexpr (NR == 2) {
+        const float g = acc[0] * e.sc[0], u = acc[1] * e.sc[1];
         a.seg[1].out[rr] = u;
         a.seg[0].out[rr] = silu_f(g) * u;
         return;
     }
-    float y = acc[0];
-    if (DT == THIN_DTYPE_F8_E4M3 && a.seg[s].w.scale) y *= a.seg[s].w.scale[rr];
+    const float y = acc[0] * e.sc[0];
     a.seg[s].out[rr] = y;
-    if (a.resid) a.resid[rr] += y;
+    if (a.resid) a.resid[rr] = e.res + y;
 }
 
 #endif /* THIN_MATVEC_DEV_CUH */

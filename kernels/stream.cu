@@ -300,7 +300,9 @@ template <int DT, int NR>
 __device__ __forceinline__ void sk_store(const mv_args &a, int seg, uint32_t rr, const float *acc, float2 rot,
                                          const float *sc, const float *rv) {
     if (a.rope) {
-        store_rope<DT>(a, seg, rr, acc[0], acc[1], rot);
+        mv_epi<2> e;
+        epi_weights<DT, 2>(a, seg, rr, e);
+        store_rope<DT>(a, seg, rr, acc[0], acc[1], rot, e);
     } else if (a.pair) {
         const float g = acc[0] * sc[0], u = acc[1] * sc[1];
         a.seg[1].out[rr] = u;

@@ -304,6 +304,11 @@ int main(void) {
     setenv("THIN_CUDA_STREAM", "1", 1);
     run_all("stream: ");
     unsetenv("THIN_CUDA_STREAM");
+    /* And with x staged by 16-byte loads in every per-op matvec (by default only rows longer
+     * than 4096 elements: the wide FFN's down projection). */
+    setenv("THIN_CUDA_MV_X4", "1", 1);
+    run_all("x4: ");
+    unsetenv("THIN_CUDA_MV_X4");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
