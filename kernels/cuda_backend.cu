@@ -21,6 +21,7 @@ int thin_cuda_carveout = -1;
 int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thin_cuda_mv_small_mb = 0;
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
 int thin_cuda_mv_x4 = 4096;
+int thin_cuda_mv_single = 3;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -223,6 +224,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *x4 = getenv("THIN_CUDA_MV_X4");
     thin_cuda_mv_x4 = x4 && *x4 ? atoi(x4) : 4096;
     if (thin_cuda_mv_x4 < 0) thin_cuda_mv_x4 = 0;
+    const char *sgl = getenv("THIN_CUDA_MV_SINGLE");
+    thin_cuda_mv_single = sgl && *sgl ? atoi(sgl) : 3;
+    if (thin_cuda_mv_single < 0) thin_cuda_mv_single = 0;
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {

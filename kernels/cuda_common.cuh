@@ -141,6 +141,10 @@ extern int thin_cuda_mv_pipe, thin_cuda_mv_pipe_bps;
  * than thin_cuda_mv_x4 elements (env THIN_CUDA_MV_X4; 0: never; default 4096: the down
  * projection, whose x of 11008 floats then comes in three rounds instead of six). */
 extern int thin_cuda_mv_x4;
+/* Single-row matvecs (o, down, LM head) run in a kernel of their own (full load batches within 80
+ * registers) at most thin_cuda_mv_single blocks per SM (env THIN_CUDA_MV_SINGLE; default 3; 0:
+ * in the kernel shared with the pairs, as FP8 at half batches). */
+extern int thin_cuda_mv_single;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];

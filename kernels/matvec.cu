@@ -173,35 +173,39 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
 
 /* MINB: blocks of MV_WARPS warps per SM the registers must allow (__launch_bounds__; at least
  * two, which caps the registers at 128 a thread); with 3 or more, batches of MV_UNROLL / 2 vectors
- * per lane and row keep the registers down. PIPE: single rows through matvec_pipe (two blocks per
- * SM, full batches; the launcher picks it for rows of several batches). */
-template <int DT, int MINB, int PIPE>
-__global__ void __launch_bounds__(MV_WARPS * 32, PIPE || MINB < 2 ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
+ * per lane and row keep the registers down. MODE 1: single rows through matvec_pipe (two blocks
+ * per SM, full batches; the launcher picks it for rows of several batches when asked). MODE 2:
+ * single rows only, full batches within 80 registers (three blocks per SM): without the pair and
+ * rope paths a single row's loop fits there, so FP8 rows get full batches at three blocks per SM. */
+template <int DT, int MINB, int MODE>
+__global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
-    constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
-    if constexpr (PIPE) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
+    constexpr int HB = MINB >= 3 && MODE == 0 ? MV_UNROLL / 2 : MV_UNROLL;
+    if constexpr (MODE == 1) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
+    else if constexpr (MODE == 2) matvec_body<DT, 1, HB>(a, total, xs, red);
     else if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
     else matvec_body<DT, 1, HB>(a, total, xs, red);
 }
 
-template <int DT, int MINB, int PIPE>
+template <int DT, int MINB, int MODE>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, PIPE>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, PIPE>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE>,
                                                                   MV_WARPS * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
-    if (PIPE && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm) per_sm = thin_cuda_mv_pipe_bps;
+    if (MODE == 2 && thin_cuda_mv_single < per_sm) per_sm = thin_cuda_mv_single;
+    if (MODE == 1 && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm) per_sm = thin_cuda_mv_pipe_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
         const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch *
@@ -216,16 +220,19 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
     uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB, PIPE>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+    return launch_k(matvec_kernel<DT, MINB, MODE>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
 }
 
-/* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 rows do best with two blocks of long
- * batches, FP8 rows (half the bytes per element, more work per byte) with three blocks of half
- * batches (measured on the H200; env THIN_CUDA_MV overrides). */
+/* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 pairs do best with two blocks of long
+ * batches, FP8 pairs (half the bytes per element, more work per byte) with three blocks of half
+ * batches; single rows in their own kernel at up to three blocks of full batches, which halves
+ * the chain of dependent loads of an FP8 down row (measured on the H200; env THIN_CUDA_MV and
+ * THIN_CUDA_MV_SINGLE override). */
 template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_pipe && !a->pair && !a->rope && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
         return launch_v<DT, 1, 1>(a, n_sm, st);
+    if (thin_cuda_mv_single > 0 && !a->pair && !a->rope) return launch_v<DT, 3, 2>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
     return launch_v<DT, 1, 0>(a, n_sm, st);
