@@ -305,10 +305,13 @@ int main(void) {
     run_all("stream: ");
     unsetenv("THIN_CUDA_STREAM");
     /* And with x staged by 16-byte loads in every per-op matvec (by default only rows longer
-     * than 4096 elements: the wide FFN's down projection). */
+     * than 4096 elements: the wide FFN's down projection), the single rows in the kernel shared
+     * with the row pairs (by default in their own). */
     setenv("THIN_CUDA_MV_X4", "1", 1);
-    run_all("x4: ");
+    setenv("THIN_CUDA_MV_SINGLE", "0", 1);
+    run_all("x4, shared kernel: ");
     unsetenv("THIN_CUDA_MV_X4");
+    unsetenv("THIN_CUDA_MV_SINGLE");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
