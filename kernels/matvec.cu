@@ -178,7 +178,8 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
  * single rows only, full batches within 80 registers (three blocks per SM): without the pair and
  * rope paths a single row's loop fits there, so FP8 rows get full batches at three blocks per SM. */
 template <int DT, int MINB, int MODE>
-__global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 2 : MINB) matvec_kernel(const mv_args a, uint32_t total) {
+__global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 2 : MINB)
+    matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
@@ -205,7 +206,8 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     if (MODE == 2 && thin_cuda_mv_single < per_sm) per_sm = thin_cuda_mv_single;
-    if (MODE == 1 && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm) per_sm = thin_cuda_mv_pipe_bps;
+    if (MODE == 1 && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm)
+        per_sm = thin_cuda_mv_pipe_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
         const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch *
