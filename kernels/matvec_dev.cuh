@@ -260,13 +260,11 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
     if constexpr (NR == 2) {
         if (a.rope) {
             store_rope<DT>(a, s, rr, acc[0], acc[1], rot, e);
-            return;
+        } else {
+            const float g = acc[0] * e.sc[0], u = acc[1] * e.sc[1];
+            a.seg[1].out[rr] = u;
+            a.seg[0].out[rr] = silu_f(g) * u;
         }
-    }
-    if constexpr (NR == 2) {
-        const float g = acc[0] * e.sc[0], u = acc[1] * e.sc[1];
-        a.seg[1].out[rr] = u;
-        a.seg[0].out[rr] = silu_f(g) * u;
         return;
     }
     const float y = acc[0] * e.sc[0];
