@@ -6,8 +6,8 @@
 The timeline (kernels/cuda_backend.cu, trace_token) has one line per block of the traced kernels
 (matvecs, decode attention): its launch, SM, and the global-timer times at which it started, at
 which its wait for the previous kernel returned, and at which it ended. Kernels are taken in
-order of their first block's start; per layer they are q/k/v, attention, o, gate/up, down, and
-the LM head closes the token. Per step (averaged over layers) it prints:
+order of their first block's start; per layer they are q/k/v, attention, o, gate/up, down (or,
+with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token. Per step (averaged over layers) it prints:
 
   lead    how long before the previous kernel's last block ended this kernel's first block began
           (its weights were being fetched then)
@@ -20,26 +20,28 @@ the LM head closes the token. Per step (averaged over layers) it prints:
 and, for the decode attention, the mean time of each phase its blocks mark after their wait
 returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
 second cluster barrier, to the end (blocks that combine over the cluster), and apart from those
-the first two and to the end for blocks that had the context to themselves.
+the first two and to the end for blocks that had the context to themselves; for the MLP kernel,
+the mean time of each of its blocks' phases after the wait returns.
 """
 import csv
 import sys
 from collections import OrderedDict, defaultdict
 
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
+STEPS_MLP = ["q/k/v", "attention", "o", "mlp"]  # with the MLP kernel (kernels/mlp.cu)
 
 
-def step_names(n):
-    """Layers, and the step name of each of a token's n kernels (or phases): per layer STEPS, then
+def step_names(n, steps=STEPS):
+    """Layers, and the step name of each of a token's n kernels (or phases): per layer steps, then
     the LM head."""
-    n_layers = (n - 1) // len(STEPS)
-    names = [STEPS[i % len(STEPS)] for i in range(n_layers * len(STEPS))]
+    n_layers = (n - 1) // len(steps)
+    names = [steps[i % len(steps)] for i in range(n_layers * len(steps))]
     return n_layers, names + ["lm_head"] * (n - len(names))
 
 
 def in_order(cnt):
     """The steps seen (keys of cnt), in the order of a layer, the LM head last."""
-    return [name for name in STEPS + ["lm_head"] if name in cnt]
+    return [name for name in STEPS + ["mlp", "lm_head"] if name in cnt]
 
 
 def main():
@@ -72,7 +74,9 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if all(marks):
+            if g["kind"] == 5:
+                g.setdefault("mlp_phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
+            elif all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
                 g.setdefault("phases1", []).append([int(r["t1"])] + marks[:2] + [int(r["t2"])])
@@ -83,7 +87,7 @@ def main():
         if stream:
             return
         sys.exit("trace-summary: no records")
-    n_layers, names = step_names(len(ks))
+    n_layers, names = step_names(len(ks), STEPS_MLP if any(g["kind"] == 5 for g in ks) else STEPS)
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -122,6 +126,13 @@ def main():
         print(f"attention phases, mean over {len(ph)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
+    pm = [p for g in ks for p in g.get("mlp_phases", [])]
+    if pm:
+        names_pm = ["gate/up (block's first warp)", "to h complete", "down (first thread)",
+                    "wait for every block's staging", "residual add"]
+        print(f"mlp phases, mean over {len(pm)} blocks (us):",
+              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pm) / len(pm) / 1e3:.2f}"
+                        for i, n in enumerate(names_pm)))
     ph1 = [p for g in ks for p in g.get("phases1", [])]
     if ph1:
         names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]

@@ -51,6 +51,15 @@ int cuda_alloc(cuda_session *s, void **ptr, size_t bytes) {
     return 0;
 }
 
+void cuda_free_one(cuda_session *s, void *ptr) {
+    for (uint32_t i = 0; i < s->n_allocs; i++) {
+        if (s->allocs[i] != ptr) continue;
+        cudaFree(ptr);
+        s->allocs[i] = s->allocs[--s->n_allocs];
+        return;
+    }
+}
+
 extern "C" int cuda_backend_available(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -227,6 +236,11 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *sgl = getenv("THIN_CUDA_MV_SINGLE");
     thin_cuda_mv_single = sgl && *sgl ? atoi(sgl) : 3;
     if (thin_cuda_mv_single < 0) thin_cuda_mv_single = 0;
+    const char *mlp = getenv("THIN_CUDA_MLP");
+    thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
+    if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
+    const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel reads down as stored */
+    if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse) thin_cuda_mlp = 0;
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {
@@ -312,11 +326,13 @@ static int trace_token(cuda_session *s) {
     CK(s, cudaStreamSynchronize(s->st));
     CK(s, cudaMemset(n, 0, sizeof *n));
     CK(s, matvec_trace_arm(recs, n, TRACE_CAP));
+    CK(s, mlp_trace_arm(recs, n, TRACE_CAP));
     CK(s, attention_trace_arm(recs, n, TRACE_CAP));
     CK(s, stream_trace_arm(recs, n, TRACE_CAP));
     if (exec_decode_graph(s)) return -1;
     CK(s, cudaStreamSynchronize(s->st));
     CK(s, matvec_trace_arm(NULL, NULL, 0));
+    CK(s, mlp_trace_arm(NULL, NULL, 0));
     CK(s, attention_trace_arm(NULL, NULL, 0));
     CK(s, stream_trace_arm(NULL, NULL, 0));
     unsigned int cnt = 0;

@@ -27,6 +27,9 @@ struct dmat {
     uint32_t pitch;     /* elements per stored row: cols rounded up to 16 bytes */
     uint64_t row0;      /* first row of the full matrix held here */
     uint64_t col0;      /* first column of the full matrix held here */
+    uint32_t trans;     /* 1: data holds the transpose, cols rows of `pitch` elements (rows padded
+                           to 16 bytes); scale is still per row of the matrix (the MLP kernel's
+                           down projection, see mlp.cu) */
 };
 
 /* Elements per 16-byte vector of a weight dtype (0 if unsupported). */
@@ -220,7 +223,7 @@ struct trace_rec {
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
     unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
@@ -268,6 +271,7 @@ static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsig
     return e;
 }
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
+cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t stream_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 
@@ -326,6 +330,31 @@ struct mv_args {
     uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
+
+/* The decode step's MLP for one token in one kernel (mlp.cu): resid += down(silu(gate x') * up x'),
+ * x' the fused RMSNorm of mv.x. mv: the gate/up pair's matvec arguments (its outputs unused);
+ * down: the down projection stored transposed (trans set, BF16 or FP8); count: two counters,
+ * zero before and after each launch. */
+struct mlp_args {
+    mv_args mv;
+    dmat down;
+    float *resid;
+    unsigned int *count;
+    uint32_t units;      /* set by the launcher: intermediate units per block */
+    uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
+    uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
+};
+cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
+/* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
+ * row (the hidden size) within the kernel's columns per thread. */
+int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inter);
+/* dst[c][r] = src[r][c] for r < rows, c < cols, elements of esz bytes (1 or 2); pitches in
+ * elements. Padding of dst is left as it is. */
+cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,
+                             uint32_t rows, uint32_t cols, size_t esz, cudaStream_t st);
+/* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
+ * SM, UNITS intermediate units per block; 0: the launcher's choice). Off with THIN_CUDA_STREAM=1. */
+extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. */

@@ -10,6 +10,8 @@
  *   rope(q); rope(k); attention(q, k, v)                            one rope + KV store launch
  *   linear q, k, v (as above) followed by that attention step        for one row (decode), rope and
  *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
+ *   the gate/up pair (as above) followed by linear(g → d); add(d → x)   for one row (decode), the
+ *       MLP kernel (mlp.cu), with down stored transposed
  */
 #include <string.h>
 
@@ -161,6 +163,52 @@ static void fuse_qkv_rope(cuda_session *s) {
     }
 }
 
+/* Whether pair step l1 (gate, up, SiLU gate) and step l2 (down and the residual add) can run as
+ * the MLP kernel for one row: l2 takes l1's gated output, and nothing reads that, the up output
+ * or down's own output later; weights the kernel takes; down used by no other op. */
+static int mlp_fusable(const cuda_session *s, const step *l1, const step *l2) {
+    const plan *p = s->p;
+    if (l1->kind != STEP_LINEAR || !l1->pair || l1->attn_step >= 0 || l2->kind != STEP_LINEAR ||
+        l2->nseg != 1 || l2->pair || l2->add_op < 0 || l2->norm_op >= 0 || l2->attn_step >= 0)
+        return 0;
+    const plan_op *d = &p->ops[l2->lin[0]], *ad = &p->ops[l2->add_op];
+    const int g = p->ops[l1->lin[0]].out, u = p->ops[l1->lin[1]].out;
+    const uint32_t end = (uint32_t)(l2->add_op > l2->lin[0] ? l2->add_op : l2->lin[0]) + 1;
+    if (d->in != g || ad->out == g || ad->out == u || read_later(p, end, g) ||
+        read_later(p, (uint32_t)l2->lin[0], u) || read_later(p, end, d->out))
+        return 0;
+    const int wi = s->op_w[l2->lin[0]];
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (s->op_w[i] == wi && (int)i != l2->lin[0]) return 0;
+    const dmat *gw = &s->w[s->op_w[l1->lin[0]]], *dw = &s->w[wi];
+    return !dw->trans && dw->cols == gw->rows && dw->rows == gw->cols &&
+           mlp_supported(gw->dtype, dw->dtype, dw->rows, gw->rows);
+}
+
+/* Marks every (gate/up pair, down + add) pair of steps for the MLP kernel and stores their down
+ * projections transposed (with scratch to transpose one back for a prefill's GEMM). */
+static int fuse_mlp(cuda_session *s) {
+    size_t scratch = 0;
+    for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
+        step *l1 = &s->steps[i], *l2 = &s->steps[i + 1];
+        if (!mlp_fusable(s, l1, l2)) continue;
+        dmat *dw = &s->w[s->op_w[l2->lin[0]]];
+        const size_t bytes = (size_t)dw->rows * dw->pitch * thin_dtype_size((thin_dtype)dw->dtype);
+        if (transpose_weight(s, dw)) return -1;
+        if (bytes > scratch) scratch = bytes;
+        l1->mlp = 1;
+        l2->mlp_fused = 1;
+        i++;
+    }
+    if (!scratch) return 0;
+    if (cuda_alloc(s, &s->d_mlpt, scratch) ||
+        cuda_alloc(s, (void **)&s->d_mlpcnt, 2 * (size_t)s->n_steps * sizeof(unsigned int)))
+        return -1;
+    CK(s, cudaMemset(s->d_mlpt, 0, scratch)); /* the padding columns stay zero */
+    CK(s, cudaMemset(s->d_mlpcnt, 0, 2 * (size_t)s->n_steps * sizeof(unsigned int)));
+    return 0;
+}
+
 int compile_steps(cuda_session *s) {
     const plan *p = s->p;
     s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
@@ -206,5 +254,6 @@ int compile_steps(cuda_session *s) {
         i += used;
     }
     if (thin_cuda_fuse) fuse_qkv_rope(s);
+    if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     return 0;
 }

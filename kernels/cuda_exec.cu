@@ -3,7 +3,8 @@
  *
  * One row (decode): runs of linear and attention steps go to the persistent kernel (stream.cu);
  * otherwise every linear group is one matvec launch with its fusions (the q, k, v group also
- * rotates q and k and stores k and v into the cache). The whole step list plus the argmax is
+ * rotates q and k and stores k and v into the cache), and a gate/up group with the down
+ * projection after it one MLP kernel. The whole step list plus the argmax is
  * captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
  * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
@@ -104,6 +105,35 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
     return 0;
 }
 
+/* The MLP kernel for one row: pair step st with the down + add step dn after it. */
+static int run_mlp(cuda_session *s, const step *st, const step *dn) {
+    mlp_args m;
+    memset(&m, 0, sizeof m);
+    linear_args(s, st, 0, 0, &m.mv);
+    m.down = s->w[s->op_w[dn->lin[0]]];
+    m.resid = row_of(s, s->p->ops[dn->add_op].out, 0);
+    m.count = s->d_mlpcnt + 2 * (size_t)(st - s->steps);
+    CK(s, launch_mlp(&m, s->n_sm, s->st));
+    return 0;
+}
+
+/* A down + add step whose weights are stored transposed, for several rows: transposed back into
+ * the scratch, then the GEMM. */
+static int run_down_t(cuda_session *s, const step *st, uint32_t n) {
+    const plan *p = s->p;
+    const plan_op *o = &p->ops[st->lin[0]], *ad = &p->ops[st->add_op];
+    const dmat *wt = &s->w[s->op_w[st->lin[0]]];
+    dmat w = *wt;
+    w.data = s->d_mlpt;
+    w.pitch = (w.cols + 31) / 32 * 32;
+    w.trans = 0;
+    CK(s, launch_transpose(s->d_mlpt, w.pitch, wt->data, wt->pitch, wt->cols, wt->rows,
+                           thin_dtype_size((thin_dtype)w.dtype), s->st));
+    CK(s, launch_gemm(&w, s->buf[o->in], ld_of(s, o->in), s->buf[o->out], ld_of(s, o->out),
+                      s->buf[ad->out], ld_of(s, ad->out), n, s->n_sm, s->st));
+    return 0;
+}
+
 void attn_common(const cuda_session *s, const step *st, attn_args *t) {
     const plan *p = s->p;
     const plan_op *a = &p->ops[st->op];
@@ -180,7 +210,10 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         CK(s, launch_rmsnorm(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in), w,
                              w->rows * w->cols, o->eps, n, s->st));
         return 0;
-    case STEP_LINEAR: return run_linear(s, st, n, lm_last);
+    case STEP_LINEAR:
+        if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
+        if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);
+        return run_linear(s, st, n, lm_last);
     case STEP_HEAD_RMSNORM:
         CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w,
                                   o->n_heads ? o->n_heads : ld_of(s, o->in) / o->head_dim,

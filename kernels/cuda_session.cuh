@@ -43,6 +43,9 @@ typedef struct step {
     int attn_step;      /* LINEAR (q, k, v): decode runs that ATTN step's rope and KV store in
                            its epilogue; -1 when not fused */
     int kv_fused;       /* ATTN: decode gets rope and KV store from the preceding LINEAR step */
+    int mlp;            /* LINEAR (gate/up pair): for one row, runs the MLP kernel with the next
+                           step (down + residual add), whose weights are stored transposed */
+    int mlp_fused;      /* LINEAR (down): run by the preceding step for one row */
 } step;
 
 typedef struct cuda_prof cuda_prof;
@@ -83,6 +86,9 @@ struct cuda_session {
     float *d_attnpart;      /* max_batch × n_heads × n_splits × (head_dim + 2), or the decode's
                                n_heads × dec_splits × (head_dim + 2) when larger */
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
+    unsigned int *d_mlpcnt; /* 2 per step: the MLP kernel's counters (kept at zero) */
+    void *d_mlpt;           /* the largest transposed down projection, transposed back for a
+                               prefill's GEMM */
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
@@ -120,6 +126,10 @@ int cuda_alloc(cuda_session *s, void **ptr, size_t bytes);
 
 /* cuda_upload.cu */
 int upload_weights(cuda_session *s);
+/* Stores weight w transposed (dmat.trans) in a new allocation and frees the old one. */
+int transpose_weight(cuda_session *s, dmat *w);
+/* Releases one allocation made by cuda_alloc. */
+void cuda_free_one(cuda_session *s, void *ptr);
 int upload_rope_tables(cuda_session *s);
 
 /* cuda_compile.cu: the plan's ops as fused steps. */

@@ -88,6 +88,22 @@ static int upload_block(cuda_session *s, stager *g, const thin_wmat *hw, uint64_
     return 0;
 }
 
+int transpose_weight(cuda_session *s, dmat *w) {
+    const size_t esz = esize(w->dtype);
+    const uint32_t tp = (uint32_t)((w->rows + 31) / 32 * 32); /* rows padded: the new pitch */
+    const size_t bytes = (size_t)w->cols * tp * esz;
+    void *dev;
+    if (cuda_alloc(s, &dev, bytes)) return -1;
+    CK(s, cudaMemsetAsync(dev, 0, bytes, s->st));
+    CK(s, launch_transpose(dev, tp, w->data, w->pitch, w->rows, w->cols, esz, s->st));
+    CK(s, cudaStreamSynchronize(s->st));
+    cuda_free_one(s, (void *)w->data);
+    w->data = dev;
+    w->pitch = tp;
+    w->trans = 1;
+    return 0;
+}
+
 /* Index of an already uploaded weight with the same host data, or -1. */
 static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owner) {
     const plan *p = s->p;

@@ -293,7 +293,7 @@ static cudaError_t launch_dt(const dmat *w, const float *x, uint32_t ldx, float 
 
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st) {
-    if (w->pitch % GM_BK != 0) return cudaErrorInvalidValue;
+    if (w->pitch % GM_BK != 0 || w->trans) return cudaErrorInvalidValue;
     if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) return cudaErrorInvalidValue;
     if (n == 0 || w->rows == 0) return cudaSuccess;
     if (n_sm < 1) n_sm = 1;

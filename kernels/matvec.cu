@@ -10,50 +10,6 @@
  */
 #include "matvec_dev.cuh"
 
-#define MV_WARPS 8
-#define MV_UNROLL 8
-
-/* A batch: HB vectors per lane (32 apart, from vector `base`) of each of NR rows. */
-template <int NR, int HB>
-__device__ __forceinline__ void load_batch(uint4 (&w)[NR][HB], const uint4 *const *rows,
-                                           uint32_t base, uint32_t nvec) {
-#pragma unroll
-    for (int k = 0; k < HB; k++) {
-        uint32_t v = base + 32 * k;
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-            if (v < nvec) w[r][k] = ld_stream(rows[r] + v);
-    }
-}
-
-template <int DT, int NR, int HB>
-__device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t base,
-                                          uint32_t nvec, const float *xs, float *acc) {
-    const uint32_t ps = nvec * 4;
-#pragma unroll
-    for (int k = 0; k < HB; k++) {
-        uint32_t v = base + 32 * k;
-        if (v < nvec) {
-#pragma unroll
-            for (int r = 0; r < NR; r++) acc[r] += dot16<DT>(w[r][k], xs + 4 * v, ps);
-        }
-    }
-}
-
-/* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged
- * (16-byte loads for x longer than a.x4 elements: fewer rounds of L2 latency for long rows). */
-template <int DT>
-__device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
-    float nw[MV_XPRE];
-    preload_norm(a, a.seg[0].w.cols, nw);
-    kt.start();
-    pdl_wait();
-    kt.waited();
-    const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;
-    if (a.x4 && cols > a.x4) stage_x<DT, true, MV_XPRE / 2>(xs, a, cols, pitch, red, nw);
-    else stage_x<DT>(xs, a, cols, pitch, red, nw);
-}
-
 /* Persistent warps: each takes units (rows, or row pairs) r, r + all warps, ...: loads HB vectors
  * per lane and row, uses them, loads the next; the first batch of the next unit is loaded before
  * the current unit's reduction, and the first unit's before waiting for the previous kernel
@@ -248,6 +204,8 @@ cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
     mv_args b = *in;
     const mv_args *a = &b;
     b.x4 = thin_cuda_mv_x4;
+    for (int k = 0; k < a->nseg; k++)
+        if (a->seg[k].w.trans) return cudaErrorInvalidValue;
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
     case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);

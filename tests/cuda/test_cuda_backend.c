@@ -26,6 +26,8 @@ static uint32_t H = 256, NH = 8, NKV = 2, HD = 32, KV = 64;
 enum { B_X, B_H, B_Q, B_K, B_V, B_ATT, B_G, B_U, B_LOGITS, N_BUFS };
 
 static int failures;
+/* The down projection's dtype when set (the quality profile's layers: FP8 gate/up, BF16 down). */
+static thin_dtype down_dt;
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -143,7 +145,8 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         linear(m, l, B_H, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
         linear(m, l, B_H, B_U, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_UP);
         add_op(m, PLAN_SILU_MUL, l, B_U, B_G);
-        linear(m, l, B_G, B_H, make_w(m, H, I, ffn_dt, 1.0f / sqrtf((float)I), 0), THIN_ROLE_DOWN);
+        linear(m, l, B_G, B_H, make_w(m, H, I, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)I), 0),
+               THIN_ROLE_DOWN);
         add_op(m, PLAN_ADD, l, B_H, B_X);
     }
     norm(m, -1, B_X, B_H, dt);
@@ -258,7 +261,8 @@ out:
     free_model(&m);
 }
 
-/* The cases on one kernel path (the per-op decode kernels, or the persistent one). */
+/* The cases on one kernel path (the per-op decode kernels with the MLP kernel, or without it, or
+ * the persistent one). */
 static void run_all(const char *tag) {
     char lab[160];
 #define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
@@ -267,6 +271,11 @@ static void run_all(const char *tag) {
     CASE("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("F16 w, F32 kv", THIN_DTYPE_F16, THIN_DTYPE_F16, THIN_DTYPE_F32, 1e-3, 1e-3);
+    down_dt = THIN_DTYPE_BF16;
+    CASE("BF16+FP8 gate/up, BF16 down", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    down_dt = THIN_DTYPE_F8_E4M3;
+    CASE("BF16 w+FP8 down", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    down_dt = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;
     CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
@@ -309,9 +318,15 @@ int main(void) {
      * with the row pairs (by default in their own). */
     setenv("THIN_CUDA_MV_X4", "1", 1);
     setenv("THIN_CUDA_MV_SINGLE", "0", 1);
-    run_all("x4, shared kernel: ");
+    setenv("THIN_CUDA_MLP", "0", 1);
+    run_all("x4, shared kernel, no MLP kernel: ");
     unsetenv("THIN_CUDA_MV_X4");
     unsetenv("THIN_CUDA_MV_SINGLE");
+    /* The MLP kernel at one block per SM with 8 units per block (more blocks than the SMs hold
+     * for the wide FFN, so the launcher raises the units). */
+    setenv("THIN_CUDA_MLP", "1,1,8", 1);
+    run_all("MLP kernel 1 block per SM, 8 units: ");
+    unsetenv("THIN_CUDA_MLP");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }

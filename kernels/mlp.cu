@@ -1,0 +1,353 @@
+/*
+ * mlp.cu — the decode step's whole MLP for one token in one kernel: RMSNorm, gate and up, the SiLU
+ * gate, the down projection and the residual add, with no kernel boundary between gate/up and down.
+ *
+ * Each block takes a contiguous range of `units` intermediate units j.
+ *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
+ *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
+ *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
+ *     shared memory.
+ *  2. The down projection is stored transposed (compile_steps transposes it on the device): row j
+ *     of the transpose is the column of down that h[j] multiplies, so the block's share of down is
+ *     `units` contiguous rows, streamed in the same 16-byte, row-contiguous pattern as gate and
+ *     up. Each thread owns a few output columns (one 16-byte vector of each row, or two for
+ *     hidden sizes over 256 vectors) of a group of the block's units, and sums h[j] × downᵀ[j].
+ *     Its first loads are issued before the barrier that publishes h.
+ *  3. The groups' sums meet in shared memory, are scaled (FP8 down: per output column) and added
+ *     into the residual with float atomics, one per four columns.
+ * The residual is also what the norm reads, so no block adds into it before every block has
+ * staged it (a counter; the grid never exceeds the blocks that are resident at once, and the next
+ * kernel starts only once every block has started). The blocks' sums land in the residual in the
+ * order they finish, so the last bits of a float may differ between runs.
+ * A split over devices keeps this shape: each device holds a range of intermediate units (gate and
+ * up rows, down columns) and its partial residual sums are all-reduced.
+ * CPU twin: op_rmsnorm, op_matvec (gate, up), op_silu_mul, op_matvec (down), op_add in ops_cpu.c.
+ */
+#include "matvec_dev.cuh"
+
+int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
+
+/* Elements of one 16-byte vector of DT as floats. */
+template <int DT>
+__device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if constexpr (DT == THIN_DTYPE_BF16) {
+            f[2 * j] = __uint_as_float(u[j] << 16);
+            f[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        } else {
+            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
+            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
+            const float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
+            f[4 * j] = fl.x;
+            f[4 * j + 1] = fl.y;
+            f[4 * j + 2] = fh.x;
+            f[4 * j + 3] = fh.y;
+        }
+    }
+}
+
+__device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (vec) {
+        atomicAdd((float4 *)p, v);
+        return;
+    }
+#endif
+    (void)vec;
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+    atomicAdd(p + 2, v.z);
+    atomicAdd(p + 3, v.w);
+}
+
+/* DTG: gate/up dtype, DTD: down dtype; MINB blocks per SM the registers must allow (FP8 gate/up:
+ * three, with half load batches, as the pair matvec); VPT: 16-byte vectors of a down row per
+ * thread (1 or 2); NB: down rows in flight per thread. */
+template <int DTG, int DTD, int MINB, int VPT>
+__global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args a) {
+    extern __shared__ __align__(16) float sm[];
+    __shared__ float red[32];
+    pdl_trigger();
+    constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
+    constexpr int NB = (MINB >= 3 ? 8 : 16) / VPT;
+    constexpr uint32_t EPD = vec_of<DTD>::epv;
+    const mv_args &m = a.mv;
+    const uint32_t inter = m.seg[0].w.rows;
+    const uint32_t u0 = blockIdx.x * a.units;
+    const uint32_t nu = min(a.units, inter - u0);
+    float *xs = sm, *hs = sm + a.h_off;
+    const int lane = threadIdx.x & 31;
+    const uint32_t nvec = m.seg[0].w.pitch / vec_of<DTG>::epv;
+
+    /* 1. gate and up: warp w takes units w, w + MV_WARPS, ... of the block's range */
+    uint32_t j = threadIdx.x >> 5;
+    uint4 w[2][HB];
+    const uint4 *rows[2];
+    mv_epi<2> e;
+    if (j < nu) {
+        rows[0] = row_ptr(m.seg[0].w, u0 + j);
+        rows[1] = row_ptr(m.seg[1].w, u0 + j);
+        load_batch<2, HB>(w, rows, lane, nvec);
+        if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
+    }
+    ktrace kt;
+    wait_and_stage<DTG>(xs, m, red, kt);
+    if (threadIdx.x == 0) { /* this block has read the residual (through x) */
+        __threadfence();
+        atomicAdd(&a.count[0], 1u);
+    }
+    for (; j < nu; j += MV_WARPS) {
+        float acc[2] = {0.0f, 0.0f};
+        use_batch<DTG, 2, HB>(w, lane, nvec, xs, acc);
+        for (uint32_t base = lane + 32 * HB; base < nvec; base += 32 * HB) {
+            load_batch<2, HB>(w, rows, base, nvec);
+            use_batch<DTG, 2, HB>(w, base, nvec, xs, acc);
+        }
+        const mv_epi<2> ce = e;
+        if (j + MV_WARPS < nu) {
+            rows[0] = row_ptr(m.seg[0].w, u0 + j + MV_WARPS);
+            rows[1] = row_ptr(m.seg[1].w, u0 + j + MV_WARPS);
+            load_batch<2, HB>(w, rows, lane, nvec);
+            if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + MV_WARPS, e);
+        }
+        acc[0] = warp_sum(acc[0]);
+        acc[1] = warp_sum(acc[1]);
+        if (lane == 0) hs[j] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
+    }
+    if (threadIdx.x == 0) kt.mark(0);
+
+    /* 2. down: thread (group gi, t) takes vectors t (+ tpr) of rows gi, gi + G, ... */
+    const uint32_t tpr = a.tpr, G = blockDim.x / tpr;
+    const uint32_t gi = threadIdx.x / tpr, t = threadIdx.x % tpr;
+    const uint32_t nvd = a.down.pitch / EPD;
+    const uint32_t dpitch_b = a.down.pitch * (DTD == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+    const uint8_t *dbase = (const uint8_t *)a.down.data + (size_t)u0 * dpitch_b;
+    float acc[VPT][EPD];
+#pragma unroll
+    for (int v = 0; v < VPT; v++)
+#pragma unroll
+        for (int i = 0; i < (int)EPD; i++) acc[v][i] = 0.0f;
+    uint4 d[NB][VPT];
+    auto load_d = [&](uint32_t k0) {
+#pragma unroll
+        for (int k = 0; k < NB; k++) {
+            const uint32_t jj = gi + G * (k0 + k);
+#pragma unroll
+            for (int v = 0; v < VPT; v++) {
+                const uint32_t vi = t + v * tpr;
+                if (jj < nu && vi < nvd) d[k][v] = ld_stream((const uint4 *)(dbase + (size_t)jj * dpitch_b) + vi);
+            }
+        }
+    };
+    load_d(0);
+    __syncthreads(); /* h complete; x no longer needed */
+    if (threadIdx.x == 0) kt.mark(1);
+    for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += NB) {
+        if (k0) load_d(k0);
+#pragma unroll
+        for (int k = 0; k < NB; k++) {
+            const uint32_t jj = gi + G * (k0 + k);
+            if (jj >= nu) break;
+            const float h = hs[jj];
+#pragma unroll
+            for (int v = 0; v < VPT; v++) {
+                if (t + v * tpr < nvd) {
+                    float f[EPD];
+                    unpack16<DTD>(d[k][v], f);
+#pragma unroll
+                    for (int i = 0; i < (int)EPD; i++) acc[v][i] = fmaf(h, f[i], acc[v][i]);
+                }
+            }
+        }
+    }
+
+    /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
+    float *part = sm;
+    const uint32_t hp = a.down.pitch;
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        const uint32_t vi = t + v * tpr;
+        if (vi < nvd) {
+#pragma unroll
+            for (int i = 0; i < (int)EPD; i += 4)
+                *(float4 *)&part[gi * hp + vi * EPD + i] =
+                    make_float4(acc[v][i], acc[v][i + 1], acc[v][i + 2], acc[v][i + 3]);
+        }
+    }
+    if (threadIdx.x == 0) { /* every block has read the residual: ours may now be added */
+        kt.mark(2);
+        while (ld_acquire(&a.count[0]) < gridDim.x) __nanosleep(64);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) kt.mark(3);
+    const uint32_t hidden = a.down.rows;
+    const bool vec = ((uintptr_t)a.resid & 15) == 0;
+    for (uint32_t c = 4 * threadIdx.x; c < hidden; c += 4 * blockDim.x) {
+        float4 s = *(const float4 *)&part[c];
+        for (uint32_t g = 1; g < G; g++) {
+            const float4 q = *(const float4 *)&part[g * hp + c];
+            s.x += q.x, s.y += q.y, s.z += q.z, s.w += q.w;
+        }
+        if (DTD == THIN_DTYPE_F8_E4M3 && a.down.scale) {
+            const float *sc = a.down.scale + c;
+            s.x *= sc[0];
+            if (c + 1 < hidden) s.y *= sc[1];
+            if (c + 2 < hidden) s.z *= sc[2];
+            if (c + 3 < hidden) s.w *= sc[3];
+        }
+        if (c + 3 < hidden) {
+            add4(a.resid + c, s, vec);
+        } else {
+            atomicAdd(a.resid + c, s.x);
+            if (c + 1 < hidden) atomicAdd(a.resid + c + 1, s.y);
+            if (c + 2 < hidden) atomicAdd(a.resid + c + 2, s.z);
+        }
+    }
+    if (threadIdx.x == 0) { /* the last block leaves the counters at zero for the next launch */
+        __threadfence();
+        if (atomicAdd(&a.count[1], 1u) == gridDim.x - 1) {
+            atomicExch(&a.count[0], 0u);
+            atomicExch(&a.count[1], 0u);
+        }
+    }
+    if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
+}
+
+cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
+    return trace_arm_here(recs, n, cap);
+}
+
+/* Vectors of a transposed down row (hidden elements, padded to 32) the kernel takes: at most two
+ * per thread for BF16, one for FP8 (so FP8 rows of up to 4096 elements). */
+static uint32_t down_vpt(int down_dtype, uint32_t hidden) {
+    const uint32_t pitch = (hidden + 31) / 32 * 32;
+    const uint32_t nvd = pitch / (down_dtype == THIN_DTYPE_F8_E4M3 ? 16 : 8);
+    if (nvd <= 256) return 1;
+    if (nvd <= 512 && down_dtype == THIN_DTYPE_BF16) return 2;
+    return 0;
+}
+
+int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inter) {
+    const int ok_g = gate_dtype == THIN_DTYPE_BF16 || gate_dtype == THIN_DTYPE_F8_E4M3;
+    const int ok_d = down_dtype == THIN_DTYPE_BF16 || down_dtype == THIN_DTYPE_F8_E4M3;
+    return ok_g && ok_d && hidden > 0 && inter > 0 && down_vpt(down_dtype, hidden) > 0 &&
+           (size_t)((hidden + 31) / 32 * 32) * 4 <= 200 * 1024;
+}
+
+template <int DTG, int DTD, int MINB, int VPT>
+static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
+    mlp_args a = *in;
+    auto k = mlp_kernel<DTG, DTD, MINB, VPT>;
+    const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
+    const uint32_t nvd = dpitch / vec_of<DTD>::epv;
+    const uint32_t per = (nvd + VPT - 1) / VPT;
+    uint32_t tpr = 1;
+    while (tpr < per) tpr *= 2;
+    const uint32_t G = MV_WARPS * 32 / tpr;
+    /* shared memory: x (then the groups' partial sums), then h of the block's units */
+    const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
+    a.tpr = tpr;
+    a.h_off = (xfl + 3) / 4 * 4;
+    int per_sm = 0;
+    /* the occupancy for the largest units per block this launch may use, then the units */
+    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
+    if (smem > 48 * 1024 - 256) {
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(smem < 200 * 1024 ? smem : 200 * 1024));
+        if (e != cudaSuccess) return e;
+    }
+    size_t smem_min = ((size_t)a.h_off + MV_WARPS) * sizeof(float);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MV_WARPS * 32, smem_min);
+    if (e != cudaSuccess) return e;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    if (thin_cuda_mlp_bps > 0 && thin_cuda_mlp_bps < per_sm) per_sm = thin_cuda_mlp_bps;
+    /* All blocks resident at once (the counter wait needs it); each warp gets the same number of
+     * gate/up units, as the matvec launcher deals them. */
+    uint32_t cap = (uint32_t)n_sm * (uint32_t)per_sm, units;
+    for (;;) {
+        const uint32_t per_warp = (inter + cap * MV_WARPS - 1) / (cap * MV_WARPS);
+        units = per_warp * MV_WARPS;
+        if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
+        if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
+        smem = ((size_t)a.h_off + units) * sizeof(float);
+        int fit = 0;
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, MV_WARPS * 32, smem);
+        if (e != cudaSuccess) return e;
+        if (fit >= per_sm) break;
+        if (fit < 1) return cudaErrorInvalidConfiguration;
+        per_sm = fit;
+        cap = (uint32_t)n_sm * (uint32_t)per_sm;
+    }
+    if (smem > 48 * 1024 - 256) {
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    a.units = units;
+    const uint32_t blocks = (inter + units - 1) / units;
+    return launch_k(k, dim3(blocks), dim3(MV_WARPS * 32), smem, st, a);
+}
+
+template <int DTG, int DTD>
+static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
+    constexpr int MINB = DTG == THIN_DTYPE_F8_E4M3 ? 3 : 2;
+    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, MINB, 1>(a, n_sm, st);
+    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, MINB, 2>(a, n_sm, st);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
+    mlp_args b = *in;
+    b.mv.x4 = thin_cuda_mv_x4;
+    const mv_args &m = b.mv;
+    if (!b.down.trans || m.seg[0].w.dtype != m.seg[1].w.dtype ||
+        !mlp_supported(m.seg[0].w.dtype, b.down.dtype, b.down.rows, m.seg[0].w.rows) ||
+        b.down.cols != m.seg[0].w.rows || b.down.rows != m.seg[0].w.cols)
+        return cudaErrorInvalidValue;
+    const bool g8 = m.seg[0].w.dtype == THIN_DTYPE_F8_E4M3, d8 = b.down.dtype == THIN_DTYPE_F8_E4M3;
+    if (g8 && d8) return launch_dd<THIN_DTYPE_F8_E4M3, THIN_DTYPE_F8_E4M3>(&b, n_sm, st);
+    if (g8) return launch_dd<THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16>(&b, n_sm, st);
+    if (d8) return launch_dd<THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3>(&b, n_sm, st);
+    return launch_dd<THIN_DTYPE_BF16, THIN_DTYPE_BF16>(&b, n_sm, st);
+}
+
+/* ---- transposition of a weight matrix (setup, and the prefill's down projection) ---- */
+
+template <typename T>
+__global__ void transpose_kernel(T *dst, uint32_t dp, const T *src, uint32_t sp, uint32_t rows,
+                                 uint32_t cols) {
+    __shared__ T tile[32][33];
+    const uint32_t c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (uint32_t i = threadIdx.y; i < 32; i += 8) {
+        const uint32_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[i][threadIdx.x] = src[(size_t)r * sp + c];
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.y; i < 32; i += 8) {
+        const uint32_t c = c0 + i, r = r0 + threadIdx.x;
+        if (c < cols && r < rows) dst[(size_t)c * dp + r] = tile[threadIdx.x][i];
+    }
+}
+
+cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,
+                             uint32_t rows, uint32_t cols, size_t esz, cudaStream_t st) {
+    if (rows == 0 || cols == 0) return cudaSuccess;
+    if ((rows + 31) / 32 > 65535) return cudaErrorInvalidValue;
+    const dim3 g((cols + 31) / 32, (rows + 31) / 32), b(32, 8);
+    if (esz == 1)
+        transpose_kernel<uint8_t><<<g, b, 0, st>>>((uint8_t *)dst, dst_pitch, (const uint8_t *)src,
+                                                   src_pitch, rows, cols);
+    else if (esz == 2)
+        transpose_kernel<uint16_t><<<g, b, 0, st>>>((uint16_t *)dst, dst_pitch, (const uint16_t *)src,
+                                                    src_pitch, rows, cols);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
