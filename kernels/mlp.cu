@@ -70,14 +70,14 @@ __device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
 
 /* DTG: gate/up dtype, DTD: down dtype; MINB blocks per SM the registers must allow (FP8 gate/up:
  * three, with half load batches, as the pair matvec); VPT: 16-byte vectors of a down row per
- * thread (1 or 2); NB: down rows in flight per thread. */
+ * thread (1 or 2); NB: down rows per thread in each of the two batches in flight. */
 template <int DTG, int DTD, int MINB, int VPT>
 __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     pdl_trigger();
     constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
-    constexpr int NB = (MINB >= 3 ? 8 : 16) / VPT;
+    constexpr int NB = (MINB >= 3 ? 4 : 8) / VPT;
     constexpr uint32_t EPD = vec_of<DTD>::epv;
     const mv_args &m = a.mv;
     const uint32_t inter = m.seg[0].w.rows;
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
     for (int v = 0; v < VPT; v++)
 #pragma unroll
         for (int i = 0; i < (int)EPD; i++) acc[v][i] = 0.0f;
-    uint4 d[NB][VPT];
-    auto load_d = [&](uint32_t k0) {
+    uint4 da[NB][VPT], db[NB][VPT];
+    auto load_d = [&](uint32_t k0, uint4 (&d)[NB][VPT]) {
 #pragma unroll
         for (int k = 0; k < NB; k++) {
             const uint32_t jj = gi + G * (k0 + k);
@@ -147,11 +147,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
             }
         }
     };
-    load_d(0);
-    __syncthreads(); /* h complete; x no longer needed */
-    if (threadIdx.x == 0) kt.mark(1);
-    for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += NB) {
-        if (k0) load_d(k0);
+    auto use_d = [&](uint32_t k0, const uint4 (&d)[NB][VPT]) {
 #pragma unroll
         for (int k = 0; k < NB; k++) {
             const uint32_t jj = gi + G * (k0 + k);
@@ -167,6 +163,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
                 }
             }
         }
+    };
+    /* two batches in flight: each is refilled as soon as it is used */
+    load_d(0, da);
+    load_d(NB, db);
+    __syncthreads(); /* h complete; x no longer needed */
+    if (threadIdx.x == 0) kt.mark(1);
+    for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += 2 * NB) {
+        use_d(k0, da);
+        load_d(k0 + 2 * NB, da);
+        use_d(k0 + NB, db);
+        load_d(k0 + 3 * NB, db);
     }
 
     /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
@@ -188,9 +195,13 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
     }
     __syncthreads();
     if (threadIdx.x == 0) kt.mark(3);
-    const uint32_t hidden = a.down.rows;
+    const uint32_t hidden = a.down.rows, n4 = (hidden + 3) / 4;
     const bool vec = ((uintptr_t)a.resid & 15) == 0;
-    for (uint32_t c = 4 * threadIdx.x; c < hidden; c += 4 * blockDim.x) {
+    /* each block starts at another column, so that the blocks' atomics spread over L2's lines
+     * instead of queueing on the same ones */
+    const uint32_t rot = (uint32_t)(((uint64_t)blockIdx.x * 97u) % n4);
+    for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
+        const uint32_t c = 4 * (i + rot < n4 ? i + rot : i + rot - n4);
         float4 s = *(const float4 *)&part[c];
         for (uint32_t g = 1; g < G; g++) {
             const float4 q = *(const float4 *)&part[g * hp + c];
@@ -212,7 +223,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
         }
     }
     if (threadIdx.x == 0) { /* the last block leaves the counters at zero for the next launch */
-        __threadfence();
         if (atomicAdd(&a.count[1], 1u) == gridDim.x - 1) {
             atomicExch(&a.count[0], 0u);
             atomicExch(&a.count[1], 0u);
@@ -269,12 +279,11 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     if (thin_cuda_mlp_bps > 0 && thin_cuda_mlp_bps < per_sm) per_sm = thin_cuda_mlp_bps;
-    /* All blocks resident at once (the counter wait needs it); each warp gets the same number of
-     * gate/up units, as the matvec launcher deals them. */
+    /* All blocks resident at once (the counter wait needs it), as many as fit, so that every SM
+     * streams its share (units rounded up to whole warps left SMs idle, measured slower). */
     uint32_t cap = (uint32_t)n_sm * (uint32_t)per_sm, units;
     for (;;) {
-        const uint32_t per_warp = (inter + cap * MV_WARPS - 1) / (cap * MV_WARPS);
-        units = per_warp * MV_WARPS;
+        units = (inter + cap - 1) / cap;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
         smem = ((size_t)a.h_off + units) * sizeof(float);
