@@ -333,13 +333,13 @@ cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 
 /* The decode step's MLP for one token in one kernel (mlp.cu): resid += down(silu(gate x') * up x'),
  * x' the fused RMSNorm of mv.x. mv: the gate/up pair's matvec arguments (its outputs unused);
- * down: the down projection stored transposed (trans set, BF16 or FP8); count: two counters,
- * zero before and after each launch. */
+ * down: the down projection stored transposed (trans set, BF16 or FP8); count: the step's
+ * counter (zero before its first launch; each launch adds its grid size). */
 struct mlp_args {
     mv_args mv;
     dmat down;
     float *resid;
-    unsigned int *count;
+    unsigned long long *count;
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */

@@ -112,7 +112,7 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     linear_args(s, st, 0, 0, &m.mv);
     m.down = s->w[s->op_w[dn->lin[0]]];
     m.resid = row_of(s, s->p->ops[dn->add_op].out, 0);
-    m.count = s->d_mlpcnt + 2 * (size_t)(st - s->steps);
+    m.count = s->d_mlpcnt + (st - s->steps);
     CK(s, launch_mlp(&m, s->n_sm, s->st));
     return 0;
 }

@@ -86,7 +86,7 @@ struct cuda_session {
     float *d_attnpart;      /* max_batch × n_heads × n_splits × (head_dim + 2), or the decode's
                                n_heads × dec_splits × (head_dim + 2) when larger */
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
-    unsigned int *d_mlpcnt; /* 2 per step: the MLP kernel's counters (kept at zero) */
+    unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
     void *d_mlpt;           /* the largest transposed down projection, transposed back for a
                                prefill's GEMM */
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */

@@ -16,9 +16,10 @@
  *  3. The groups' sums meet in shared memory, are scaled (FP8 down: per output column) and added
  *     into the residual with float atomics, one per four columns.
  * The residual is also what the norm reads, so no block adds into it before every block has
- * staged it (a counter; the grid never exceeds the blocks that are resident at once, and the next
- * kernel starts only once every block has started). The blocks' sums land in the residual in the
- * order they finish, so the last bits of a float may differ between runs.
+ * staged it (a 64-bit counter per step that only grows; the grid never exceeds the blocks that
+ * are resident at once, and the next kernel starts only once every block has started). The
+ * blocks' sums land in the residual in the order they finish, so the last bits of a float may
+ * differ between runs.
  * A split over devices keeps this shape: each device holds a range of intermediate units (gate and
  * up rows, down columns) and its partial residual sums are all-reduced.
  * CPU twin: op_rmsnorm, op_matvec (gate, up), op_silu_mul, op_matvec (down), op_add in ops_cpu.c.
@@ -48,9 +49,9 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-__device__ __forceinline__ unsigned int ld_acquire(const unsigned int *p) {
-    unsigned int v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
@@ -100,9 +101,15 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
     }
     ktrace kt;
     wait_and_stage<DTG>(xs, m, red, kt);
-    if (threadIdx.x == 0) { /* this block has read the residual (through x) */
+    /* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
+     * (the same grid every launch of a step), so the count this launch's blocks wait for follows
+     * from the value before this block's increment; no block resets it, so no block waits for a
+     * returning atomic at its end. */
+    unsigned long long target = 0;
+    if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(&a.count[0], 1u);
+        const unsigned long long prev = atomicAdd(a.count, 1ull);
+        target = (prev / gridDim.x + 1) * gridDim.x;
     }
     for (; j < nu; j += MV_WARPS) {
         float acc[2] = {0.0f, 0.0f};
@@ -191,7 +198,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
     }
     if (threadIdx.x == 0) { /* every block has read the residual: ours may now be added */
         kt.mark(2);
-        while (ld_acquire(&a.count[0]) < gridDim.x) __nanosleep(64);
+        while (ld_acquire64(a.count) < target) __nanosleep(64);
     }
     __syncthreads();
     if (threadIdx.x == 0) kt.mark(3);
@@ -220,12 +227,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
             atomicAdd(a.resid + c, s.x);
             if (c + 1 < hidden) atomicAdd(a.resid + c + 1, s.y);
             if (c + 2 < hidden) atomicAdd(a.resid + c + 2, s.z);
-        }
-    }
-    if (threadIdx.x == 0) { /* the last block leaves the counters at zero for the next launch */
-        if (atomicAdd(&a.count[1], 1u) == gridDim.x - 1) {
-            atomicExch(&a.count[0], 0u);
-            atomicExch(&a.count[1], 0u);
         }
     }
     if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
