@@ -100,7 +100,8 @@ int prof_decode(cuda_session *s, double graph_us, double wall_us) {
 }
 
 /* The label of a step: its kind, or for a linear group the roles of its weights with the fused
- * parts ("norm+q+k+v+rope+kv", "gate+up+silu", "down+add"). */
+ * parts ("norm+q+k+v+rope+kv", "gate+up+silu", "down+add"; "norm+gate+up+silu+down+add" for the
+ * MLP kernel, whose down step runs nothing of its own for one row). */
 static void step_label(const cuda_session *s, const step *st, char *buf, size_t len) {
     const plan *p = s->p;
     static const char *kinds[] = {"?", "embed", "rmsnorm", "linear", "head_rmsnorm", "rope",
@@ -115,18 +116,24 @@ static void step_label(const cuda_session *s, const step *st, char *buf, size_t 
         n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? "+" : "",
                               thin_role_name(p->ops[st->lin[k]].w_role));
     if (n < len)
-        snprintf(buf + n, len - n, "%s%s%s", st->pair ? "+silu" : "", st->add_op >= 0 ? "+add" : "",
-                 st->attn_step >= 0 ? "+rope+kv" : "");
+        snprintf(buf + n, len - n, "%s%s%s%s%s", st->pair ? "+silu" : "",
+                 st->add_op >= 0 ? "+add" : "", st->attn_step >= 0 ? "+rope+kv" : "",
+                 st->mlp ? "+down+add" : "",
+                 st->mlp_fused ? " (in the MLP kernel)" : "");
 }
 
+static uint64_t weight_bytes(const dmat *w) {
+    const uint64_t rows = w->trans ? w->cols : w->rows; /* stored rows */
+    return rows * w->pitch * thin_dtype_size((thin_dtype)w->dtype) +
+           (w->scale ? (uint64_t)w->rows * sizeof(float) : 0);
+}
+
+/* Weight bytes a step reads for one row (the MLP kernel's: gate, up and down). */
 static uint64_t step_bytes(const cuda_session *s, const step *st) {
-    if (st->kind != STEP_LINEAR) return 0;
+    if (st->kind != STEP_LINEAR || st->mlp_fused) return 0;
     uint64_t b = 0;
-    for (int k = 0; k < st->nseg; k++) {
-        const dmat *w = &s->w[s->op_w[st->lin[k]]];
-        b += (uint64_t)w->rows * w->pitch * thin_dtype_size((thin_dtype)w->dtype);
-        if (w->scale) b += (uint64_t)w->rows * sizeof(float);
-    }
+    for (int k = 0; k < st->nseg; k++) b += weight_bytes(&s->w[s->op_w[st->lin[k]]]);
+    if (st->mlp) b += weight_bytes(&s->w[s->op_w[st[1].lin[0]]]);
     return b;
 }
 
