@@ -43,6 +43,10 @@ static inline uint32_t dtype_vec_elems(int dt) {
     }
 }
 
+/* Elements per stored row of a dmat whose rows hold n elements: n padded to a multiple of 32
+ * (zeros), so that every row starts 16-byte aligned and whole load batches need no tail test. */
+static inline uint32_t dmat_pitch(uint64_t n) { return (uint32_t)((n + 31) / 32 * 32); }
+
 /* ---- device helpers ---- */
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }

@@ -125,7 +125,7 @@ static int run_down_t(cuda_session *s, const step *st, uint32_t n) {
     const dmat *wt = &s->w[s->op_w[st->lin[0]]];
     dmat w = *wt;
     w.data = s->d_mlpt;
-    w.pitch = (w.cols + 31) / 32 * 32;
+    w.pitch = dmat_pitch(w.cols);
     w.trans = 0;
     CK(s, launch_transpose(s->d_mlpt, w.pitch, wt->data, wt->pitch, wt->cols, wt->rows,
                            thin_dtype_size((thin_dtype)w.dtype), s->st));

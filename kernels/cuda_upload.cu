@@ -72,7 +72,7 @@ static int upload_block(cuda_session *s, stager *g, const thin_wmat *hw, uint64_
     d->dtype = hw->dtype;
     d->rows = (uint32_t)nr;
     d->cols = (uint32_t)nc;
-    d->pitch = (uint32_t)((nc + 31) / 32 * 32);
+    d->pitch = dmat_pitch(nc);
     d->row0 = r0;
     d->col0 = c0;
     void *dev;
@@ -90,7 +90,7 @@ static int upload_block(cuda_session *s, stager *g, const thin_wmat *hw, uint64_
 
 int transpose_weight(cuda_session *s, dmat *w) {
     const size_t esz = esize(w->dtype);
-    const uint32_t tp = (uint32_t)((w->rows + 31) / 32 * 32); /* rows padded: the new pitch */
+    const uint32_t tp = dmat_pitch(w->rows); /* the transpose's rows hold the matrix's columns */
     const size_t bytes = (size_t)w->cols * tp * esz;
     void *dev;
     if (cuda_alloc(s, &dev, bytes)) return -1;

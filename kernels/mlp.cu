@@ -239,8 +239,7 @@ cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
 /* Vectors of a transposed down row (hidden elements, padded to 32) the kernel takes: at most two
  * per thread for BF16, one for FP8 (so FP8 rows of up to 4096 elements). */
 static uint32_t down_vpt(int down_dtype, uint32_t hidden) {
-    const uint32_t pitch = (hidden + 31) / 32 * 32;
-    const uint32_t nvd = pitch / (down_dtype == THIN_DTYPE_F8_E4M3 ? 16 : 8);
+    const uint32_t nvd = dmat_pitch(hidden) / dtype_vec_elems(down_dtype);
     if (nvd <= 256) return 1;
     if (nvd <= 512 && down_dtype == THIN_DTYPE_BF16) return 2;
     return 0;
@@ -250,7 +249,7 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
     const int ok_g = gate_dtype == THIN_DTYPE_BF16 || gate_dtype == THIN_DTYPE_F8_E4M3;
     const int ok_d = down_dtype == THIN_DTYPE_BF16 || down_dtype == THIN_DTYPE_F8_E4M3;
     return ok_g && ok_d && hidden > 0 && inter > 0 && down_vpt(down_dtype, hidden) > 0 &&
-           (size_t)((hidden + 31) / 32 * 32) * 4 <= 200 * 1024;
+           (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
 template <int DTG, int DTD, int MINB, int VPT>
@@ -296,11 +295,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         per_sm = fit;
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
-    if (smem > 48 * 1024 - 256) {
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    a.units = units;
+    a.units = units; /* smem fits the attribute set above, or no block would have fit */
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(MV_WARPS * 32), smem, st, a);
 }
