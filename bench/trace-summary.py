@@ -21,7 +21,9 @@ and, for the decode attention, the mean time of each phase its blocks mark after
 returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
 second cluster barrier, to the end (blocks that combine over the cluster), and apart from those
 the first two and to the end for blocks that had the context to themselves; for the MLP kernel,
-the mean time of each of its blocks' phases after the wait returns.
+the mean time of each of its blocks' phases after the wait returns, and the same for the blocks
+that end first (the earlier half of each launch) and last (its last 5 %), with when they started
+and where they sit in the grid.
 """
 import csv
 import sys
@@ -76,6 +78,8 @@ def main():
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
             if g["kind"] == 5:
                 g.setdefault("mlp_phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
+                g.setdefault("mlp_t0", []).append(int(r["t0"]))
+                g.setdefault("mlp_block", []).append(int(r["block"]))
             elif all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
@@ -133,12 +137,44 @@ def main():
         print(f"mlp phases, mean over {len(pm)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pm) / len(pm) / 1e3:.2f}"
                         for i, n in enumerate(names_pm)))
+        mlp_ends(ks)
     ph1 = [p for g in ks for p in g.get("phases1", [])]
     if ph1:
         names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]
         print(f"attention phases of single blocks, mean over {len(ph1)} (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph1) / len(ph1) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
+
+
+def mlp_ends(ks):
+    """The MLP kernel's blocks that end first (the earlier half) against those that end last (the
+    last 5 %), per launch, then averaged over layers: when they started and waited (from the
+    launch's first wait returning), how long each phase took, and when they ended."""
+    rows = {"first half": [], "last 5 %": []}
+    for g in ks:
+        if "mlp_t0" not in g:
+            continue
+        # t0, t1, m0..m3, t2, block index as a share of the grid
+        nb = max(g["mlp_block"]) + 1
+        bl = [[t0] + p + [b / nb] for t0, p, b in zip(g["mlp_t0"], g["mlp_phases"], g["mlp_block"])]
+        w0 = min(b[1] for b in bl)
+        ends = sorted(b[6] for b in bl)
+        sets = {"first half": [b for b in bl if b[6] <= ends[len(ends) // 2]],
+                "last 5 %": [b for b in bl if b[6] >= ends[int(len(ends) * 0.95)]]}
+        for k, bs in sets.items():
+            cols = [b[0] - w0 for b in bs], [b[1] - w0 for b in bs]
+            cols += tuple([b[i + 1] - b[i] for b in bs] for i in range(1, 6))
+            cols += ([b[6] - w0 for b in bs],)
+            row = [sum(c) / len(c) / 1e3 for c in cols]
+            rows[k].append(row + [sum(b[7] for b in bs) / len(bs)])
+    if not rows["first half"]:
+        return
+    hdr = ["start", "wait", "gate/up", "h", "down", "staged", "add", "end", "index"]
+    print("mlp blocks by when they end, us from the launch's first wait (mean over layers; index: "
+          "block index / grid):")
+    print(f"  {'blocks':10} " + " ".join(f"{h:>7}" for h in hdr))
+    for k, rs in rows.items():
+        print(f"  {k:10} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):7.2f}" for i in range(len(hdr))))
 
 
 def stream_summary(stream):
