@@ -47,6 +47,30 @@ grep -Eq "^q/k/v +2 +0\.50 +0\.50 +7\.50 +1\.00 +0\.40 +6\.0 +10\.00 +20\.0$" "$
 grep -Eq "^attention +2 +1\.00 +0\.00 +8\.00 +1\.00 +0\.40 +6\.0 +10\.00 +20\.0$" "$T/out"
 grep -Eq "^lm_head +1 +1\.00 +0\.50 +7\.50 +1\.00 +0\.40 +6\.0 +10\.00 +10\.0$" "$T/out"
 grep -Eq "^sum +110\.0$" "$T/out"
+# the MLP kernel (kind 5): two layers of q/k/v, attention, o, mlp and the LM head; each MLP launch
+# has 19 blocks that start 3 us before its first wait and one that starts 2 us after it and ends
+# last (block 19 of 20)
+"$PY" - "$T/mlp.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n")
+    for k in range(9):
+        base = 100000 * k
+        if k % 4 != 3 or k == 8:
+            f.write(f"{k},2,64,0,0,{base},{base + 1000},{base + 90000},0,0,0,0\n")
+            continue
+        for b in range(20):
+            t0, t1, gu, add = (base + 3000, base + 3500, 12000, 2000) if b == 19 else (base - 2000, base + 1000, 10000, 1000)
+            m0 = t1 + gu
+            m1, m2 = m0 + 500, m0 + 5500
+            m3 = m2 + 500
+            f.write(f"{k},5,64,{b},{b},{t0},{t1},{m3 + add},{m0},{m1},{m2},{m3}\n")
+PY
+"$PY" "$R/bench/trace-summary.py" "$T/mlp.csv" > "$T/out"
+grep -q "kernels traced: 9 (2 layers)" "$T/out"
+grep -q "mlp phases, mean over 40 blocks (us): gate/up (block's first warp) 10.10, to h complete 0.50, down (first thread) 5.00, wait for every block's staging 0.50, residual add 1.05" "$T/out"
+grep -Eq "^  first half +-3\.00 +0\.00 +10\.00 +0\.50 +5\.00 +0\.50 +1\.00 +17\.00 +0\.45$" "$T/out"
+grep -Eq "^  last 5 % +2\.00 +2\.50 +12\.00 +0\.50 +5\.00 +0\.50 +2\.00 +22\.50 +0\.95$" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
