@@ -15,18 +15,13 @@
 #define OPS_AVX2 1
 #endif
 
-/* ---- element conversions ---- */
+/* ---- element conversions ----
+ * libthin's converters (thin.h), but for widening BF16 and F16, inline here for the scalar loops
+ * (they leave a NaN's payload as it is, which no weight has). */
 
 static inline float bf16_to_f32(uint16_t h) { return thin_f32_from_bits((uint32_t)h << 16); }
 
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u = thin_f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-static float f16_to_f32(uint16_t h) {
+static inline float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
     if (exp == 0x1F) return thin_f32_from_bits(sign | 0x7F800000u | (man << 13));
@@ -39,19 +34,10 @@ static float f16_to_f32(uint16_t h) {
 static float e4m3_lut[256];
 static int e4m3_lut_ready;
 
-static float e4m3_decode(uint8_t b) {
-    uint32_t exp = (b >> 3) & 0xFu, man = b & 7u;
-    float v;
-    if (exp == 0xF && man == 7) v = NAN;
-    else if (exp == 0) v = (float)man * 0x1p-9f;
-    else v = ldexpf(1.0f + (float)man / 8.0f, (int)exp - 7);
-    return (b & 0x80) ? -v : v;
-}
-
 static const float *e4m3_table(void) {
     /* Idempotent and racy only in the benign sense: every writer stores the same values. */
     if (!__atomic_load_n(&e4m3_lut_ready, __ATOMIC_ACQUIRE)) {
-        for (int i = 0; i < 256; i++) e4m3_lut[i] = e4m3_decode((uint8_t)i);
+        for (int i = 0; i < 256; i++) e4m3_lut[i] = thin_e4m3_to_f32((uint8_t)i);
         __atomic_store_n(&e4m3_lut_ready, 1, __ATOMIC_RELEASE);
     }
     return e4m3_lut;
@@ -231,8 +217,8 @@ void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k
     if (kv_dtype == THIN_DTYPE_BF16) {
         uint16_t *kc = (uint16_t *)kcache + o, *vc = (uint16_t *)vcache + o;
         for (uint64_t i = 0; i < kv_dim; i++) {
-            kc[i] = f32_to_bf16(k[i]);
-            vc[i] = f32_to_bf16(v[i]);
+            kc[i] = thin_f32_to_bf16(k[i]);
+            vc[i] = thin_f32_to_bf16(v[i]);
         }
     } else {
         memcpy((float *)kcache + o, k, kv_dim * sizeof(float));
