@@ -7,7 +7,8 @@ The timeline (kernels/cuda_backend.cu, trace_token) has one line per block of th
 (matvecs, decode attention): its launch, SM, and the global-timer times at which it started, at
 which its wait for the previous kernel returned, and at which it ended. Kernels are taken in
 order of their first block's start; per layer they are q/k/v, attention, o, gate/up, down (or,
-with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token. Per step (averaged over layers) it prints:
+with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token. Per step
+(averaged over layers) it prints:
 
   lead    how long before the previous kernel's last block ended this kernel's first block began
           (its weights were being fetched then)
@@ -76,10 +77,9 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if g["kind"] == 5:
-                g.setdefault("mlp_phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
-                g.setdefault("mlp_t0", []).append(int(r["t0"]))
-                g.setdefault("mlp_block", []).append(int(r["block"]))
+            if g["kind"] == 5:  # t0, t1, m0..m3, t2, block
+                g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
+                                               [int(r["t2"]), int(r["block"])])
             elif all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
@@ -130,7 +130,7 @@ def main():
         print(f"attention phases, mean over {len(ph)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
-    pm = [p for g in ks for p in g.get("mlp_phases", [])]
+    pm = [b[1:7] for g in ks for b in g.get("mlp", [])]  # t1, m0..m3, t2
     if pm:
         names_pm = ["gate/up (block's first warp)", "to h complete", "down (first thread)",
                     "wait for every block's staging", "residual add"]
@@ -152,11 +152,10 @@ def mlp_ends(ks):
     launch's first wait returning), how long each phase took, and when they ended."""
     rows = {"first half": [], "last 5 %": []}
     for g in ks:
-        if "mlp_t0" not in g:
+        bl = g.get("mlp")  # t0, t1, m0..m3, t2, block
+        if not bl:
             continue
-        # t0, t1, m0..m3, t2, block index as a share of the grid
-        nb = max(g["mlp_block"]) + 1
-        bl = [[t0] + p + [b / nb] for t0, p, b in zip(g["mlp_t0"], g["mlp_phases"], g["mlp_block"])]
+        nb = max(b[7] for b in bl) + 1
         w0 = min(b[1] for b in bl)
         ends = sorted(b[6] for b in bl)
         sets = {"first half": [b for b in bl if b[6] <= ends[len(ends) // 2]],
@@ -166,7 +165,7 @@ def mlp_ends(ks):
             cols += tuple([b[i + 1] - b[i] for b in bs] for i in range(1, 6))
             cols += ([b[6] - w0 for b in bs],)
             row = [sum(c) / len(c) / 1e3 for c in cols]
-            rows[k].append(row + [sum(b[7] for b in bs) / len(bs)])
+            rows[k].append(row + [sum(b[7] for b in bs) / len(bs) / nb])
     if not rows["first half"]:
         return
     hdr = ["start", "wait", "gate/up", "h", "down", "staged", "add", "end", "index"]
