@@ -278,4 +278,116 @@ __host__ __device__ inline size_t ag_smem_floats(uint32_t head_dim, uint32_t gro
     return (size_t)group * (chunk_max + nwarps * head_dim + 2 + n_splits);
 }
 
+/* ---- decode kernels' staged attention (attention.cu, attn_o.cu): a block of AD_THREADS threads
+ * over K and V rows staged in shared memory ---- */
+
+#define AD_THREADS 256
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_CLUSTER 8
+#define AD_WIN 32u       /* positions per split come in multiples of this */
+#define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
+#define AD_DMAX 256u     /* head_dim */
+#define AD_LPS 4u        /* lanes per position in the scores */
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
+ * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
+__host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
+    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
+    return b + (192u - b % 128u) % 128u;
+}
+
+/* Slices of the positions in the weighted V sum (threads of head_dim / 2 take two dims each). */
+__host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim) {
+    return AD_THREADS / (head_dim / 2);
+}
+
+/* Scores of the G query heads (qs: G × hd floats, shared) against the len staged K rows (ks: rows
+ * of rb bytes, vpr 16-byte pieces each) into sc[g * ld + p], times 1/sqrt(hd): lanes j of AD_LPS
+ * per position take pieces j, j + AD_LPS, ... of its K row. No barrier at the end. */
+template <int KDT, int GM>
+__device__ __forceinline__ void ad_scores(const uint8_t *ks, uint32_t rb, uint32_t vpr, const float *qs,
+                                          uint32_t hd, uint32_t G, uint32_t len, float *sc, uint32_t ld) {
+    constexpr int EPV = kv_epv<KDT>::n;
+    const float scale = rsqrtf((float)hd);
+    const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
+    for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
+        const uint32_t p = base + threadIdx.x / AD_LPS;
+        float s[GM];
+#pragma unroll
+        for (int g = 0; g < GM; g++) s[g] = 0.0f;
+        if (p < len) {
+            const uint8_t *kr = ks + p * rb;
+#pragma unroll 2
+            for (uint32_t c = j; c < vpr; c += AD_LPS) {
+                float f[EPV];
+                kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    if ((uint32_t)g >= G) break;
+                    const float4 *qq = (const float4 *)(qs + (size_t)g * hd + c * EPV);
+#pragma unroll
+                    for (int e = 0; e < EPV; e += 4) {
+                        const float4 q = qq[e / 4];
+                        s[g] = fmaf(q.x, f[e], s[g]);
+                        s[g] = fmaf(q.y, f[e + 1], s[g]);
+                        s[g] = fmaf(q.z, f[e + 2], s[g]);
+                        s[g] = fmaf(q.w, f[e + 3], s[g]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+#pragma unroll
+            for (uint32_t o = 1; o < AD_LPS; o <<= 1) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+            if (p < len && (uint32_t)g < G && (uint32_t)g % AD_LPS == j) sc[g * ld + p] = s[g] * scale;
+        }
+    }
+}
+
+/* The weighted V sum over the len staged V rows (vs) with the weights sc[g * ld + p]: thread (slice
+ * sl, dims d0, d0 + 1) sums positions sl, sl + slices, ..., into red[(sl * G + g) * hd + d]
+ * (ad_slices(hd) × G × hd floats); ends with a barrier, after which the caller adds the slices. */
+template <int KDT, int GM>
+__device__ __forceinline__ void ad_vsum(const uint8_t *vs, uint32_t rb, const float *sc, uint32_t ld,
+                                        uint32_t hd, uint32_t G, uint32_t len, float *red) {
+    const uint32_t tr = hd / 2, ns = ad_slices(hd), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
+    if (sl < ns) {
+        float acc[GM][2];
+#pragma unroll
+        for (int g = 0; g < GM; g++) acc[g][0] = acc[g][1] = 0.0f;
+#pragma unroll 4
+        for (uint32_t p = sl; p < len; p += ns) {
+            float v0, v1;
+            if (KDT == THIN_DTYPE_BF16) {
+                const uint32_t u = *(const uint32_t *)(vs + p * rb + d0 * 2);
+                v0 = __uint_as_float(u << 16);
+                v1 = __uint_as_float(u & 0xffff0000u);
+            } else {
+                const float2 f = *(const float2 *)(vs + p * rb + d0 * 4);
+                v0 = f.x, v1 = f.y;
+            }
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                const float w = sc[g * ld + p];
+                acc[g][0] = fmaf(w, v0, acc[g][0]);
+                acc[g][1] = fmaf(w, v1, acc[g][1]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if ((uint32_t)g >= G) break;
+            *(float2 *)(red + ((size_t)sl * G + g) * hd + d0) = make_float2(acc[g][0], acc[g][1]);
+        }
+    }
+    __syncthreads();
+}
+
 #endif /* THIN_ATTN_DEV_CUH */
