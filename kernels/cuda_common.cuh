@@ -440,16 +440,18 @@ struct ao_args {
     float *resid;        /* rows floats: += W_o · attention */
     uint32_t ctx;        /* positions staged at most (a multiple of 32) */
     uint32_t rows_per;   /* set by the launcher: W_o rows per block */
+    uint32_t csize;      /* set by the launcher: blocks per cluster (1, 2, 4 or 8), which split
+                            the positions */
 };
 /* The most positions the kernel takes for this shape on the current device (a multiple of 32; 0
  * when it cannot take the shape at all: KV dtype BF16/F32, head_dim a multiple of 32 up to 256, at
  * most 8 query heads per KV head, W_o BF16 or FP8 with n_heads × head_dim columns). */
-uint32_t attn_o_max_ctx(const attn_args *t, const dmat *wo, uint32_t rows_per, int n_sm);
-/* Launches it with room for ctx positions (at most attn_o_max_ctx for the same rows_per;
- * *t->pos + 1 <= ctx); rows_per: W_o rows per block (rounded up to whole warps), 0 for about one
- * block per SM. */
+uint32_t attn_o_max_ctx(const attn_args *t, const dmat *wo, uint32_t rows_per, uint32_t csize, int n_sm);
+/* Launches it with room for ctx positions (at most attn_o_max_ctx for the same rows_per and
+ * csize; *t->pos + 1 <= ctx); rows_per: W_o rows per block (rounded up to whole warps), 0 for about
+ * one block per SM; csize: blocks per cluster, which share the positions (1, 2, 4 or 8). */
 cudaError_t launch_attn_o(const attn_args *t, const dmat *wo, float *resid, uint32_t ctx,
-                          uint32_t rows_per, int n_sm, cudaStream_t st);
+                          uint32_t rows_per, uint32_t csize, int n_sm, cudaStream_t st);
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

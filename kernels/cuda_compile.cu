@@ -230,19 +230,21 @@ static uint32_t attn_o_fusable(const cuda_session *s, const step *a, const step 
         return 0;
     attn_args t;
     attn_common(s, a, &t);
-    return attn_o_max_ctx(&t, &s->w[s->op_w[l->lin[0]]], s->ao_rows, s->n_sm);
+    return attn_o_max_ctx(&t, &s->w[s->op_w[l->lin[0]]], s->ao_rows, s->ao_csize, s->n_sm);
 }
 
 /* Marks every (attention, o-projection + add) pair of steps for the attn_o kernel and sets the
  * positions it takes (the fewest over the layers, at most the session's context and env
- * THIN_CUDA_AO="N[,ROWS]": N positions at most, 0 off; ROWS W_o rows per block, 0 the launcher's
- * choice). */
+ * THIN_CUDA_AO="N[,ROWS[,C]]": N positions at most, 0 off; ROWS W_o rows per block, 0 the
+ * launcher's choice; C blocks per cluster sharing the positions, 1, 2, 4 or 8). */
+#define AO_CLUSTER 4
 static void fuse_attn_o(cuda_session *s) {
     const char *e = getenv("THIN_CUDA_AO");
-    long cap = -1, rows = 0;
-    if (e && *e && sscanf(e, "%ld,%ld", &cap, &rows) < 1) cap = -1;
+    long cap = -1, rows = 0, cs = AO_CLUSTER;
+    if (e && *e && sscanf(e, "%ld,%ld,%ld", &cap, &rows, &cs) < 1) cap = -1;
     if (cap == 0) return;
     s->ao_rows = rows > 0 && rows < 65536 ? (uint32_t)rows : 0;
+    s->ao_csize = cs == 1 || cs == 2 || cs == 4 || cs == 8 ? (uint32_t)cs : AO_CLUSTER;
     uint32_t ctx = s->max_ctx;
     if (cap > 0 && (unsigned long)cap < ctx) ctx = (uint32_t)cap;
     int any = 0;
@@ -304,6 +306,6 @@ int compile_steps(cuda_session *s) {
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel takes the steps */
-    if (thin_cuda_fuse && !(stm && strcmp(stm, "1") == 0)) fuse_attn_o(s);
+    if (thin_cuda_fuse && thin_cuda_cluster && !(stm && strcmp(stm, "1") == 0)) fuse_attn_o(s);
     return 0;
 }

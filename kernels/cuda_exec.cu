@@ -179,7 +179,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     if (n == 1 && st->o_step >= 0 && s->ao_on) { /* with the o-projection and its residual add */
         const step *o = &s->steps[st->o_step];
         CK(s, launch_attn_o(&t, &s->w[s->op_w[o->lin[0]]], row_of(s, p->ops[o->add_op].out, 0), s->ao_ctx,
-                            s->ao_rows, s->n_sm, s->st));
+                            s->ao_rows, s->ao_csize, s->n_sm, s->st));
         return 0;
     }
     t.n_splits = n == 1 ? s->dec_splits : s->n_splits;

@@ -110,6 +110,7 @@ struct cuda_session {
     uint32_t ao_ctx;        /* positions the fused attention + o-projection takes (0: none; env
                                THIN_CUDA_AO: 0 off, N caps it at N) */
     uint32_t ao_rows;       /* its W_o rows per block (0: the launcher's choice) */
+    uint32_t ao_csize;      /* its blocks per cluster (1, 2, 4 or 8) */
     int ao_on;              /* the decode step being run uses it */
     uint32_t last_row;      /* row of the logits buffer that forward left last */
     uint32_t cur_pos;       /* position of the last forward's first row */
