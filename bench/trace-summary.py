@@ -21,9 +21,7 @@ with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token
 and, for the decode attention, the mean time of each phase its blocks mark after their wait
 returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
 second cluster barrier, to the end (blocks that combine over the cluster), and apart from those
-the first two and to the end for blocks that had the context to themselves; for the attention + o
-kernel (which replaces the attention and o steps), from its start to its wait, then K/V, W_o and
-q in, the attention, and the o rows; for the MLP kernel,
+the first two and to the end for blocks that had the context to themselves; for the MLP kernel,
 the mean time of each of its blocks' phases after the wait returns, and the same for the blocks
 that end first (the earlier half of each launch) and last (its last 5 %), with when they started
 and where they sit in the grid.
@@ -34,7 +32,6 @@ from collections import OrderedDict, defaultdict
 
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
 STEPS_MLP = ["q/k/v", "attention", "o", "mlp"]  # with the MLP kernel (kernels/mlp.cu)
-STEPS_AO = ["q/k/v", "attention+o", "mlp"]  # and the attention + o kernel (kernels/attn_o.cu)
 
 
 def step_names(n, steps=STEPS):
@@ -47,7 +44,7 @@ def step_names(n, steps=STEPS):
 
 def in_order(cnt):
     """The steps seen (keys of cnt), in the order of a layer, the LM head last."""
-    return [name for name in STEPS + ["attention+o", "mlp", "lm_head"] if name in cnt]
+    return [name for name in STEPS + ["mlp", "lm_head"] if name in cnt]
 
 
 def main():
@@ -80,9 +77,7 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if g["kind"] == 6:  # the attention + o kernel: t0, t1, m0, m1, t2
-                g.setdefault("ao", []).append([int(r["t0"]), int(r["t1"])] + marks[:2] + [int(r["t2"])])
-            elif g["kind"] == 5:  # t0, t1, m0..m3, t2, block
+            if g["kind"] == 5:  # t0, t1, m0..m3, t2, block
                 g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
                                                [int(r["t2"]), int(r["block"])])
             elif all(marks):
@@ -96,8 +91,7 @@ def main():
         if stream:
             return
         sys.exit("trace-summary: no records")
-    kinds = {g["kind"] for g in ks}
-    n_layers, names = step_names(len(ks), STEPS_AO if 6 in kinds else STEPS_MLP if 5 in kinds else STEPS)
+    n_layers, names = step_names(len(ks), STEPS_MLP if any(g["kind"] == 5 for g in ks) else STEPS)
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -144,12 +138,6 @@ def main():
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pm) / len(pm) / 1e3:.2f}"
                         for i, n in enumerate(names_pm)))
         mlp_ends(ks)
-    pa = [p for g in ks for p in g.get("ao", [])]
-    if pa:
-        names_pa = ["start to wait", "K/V, W_o and q in", "scores + softmax + V sum", "o rows to the end"]
-        print(f"attention+o phases, mean over {len(pa)} blocks (us):",
-              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pa) / len(pa) / 1e3:.2f}"
-                        for i, n in enumerate(names_pa)))
     ph1 = [p for g in ks for p in g.get("phases1", [])]
     if ph1:
         names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]

@@ -16,8 +16,6 @@
 
 #include <cooperative_groups.h>
 
-namespace cg = cooperative_groups;
-
 #define ATTN_THREADS 128
 
 __device__ __forceinline__ float kv_load(const void *c, int dt, size_t i) {
@@ -160,11 +158,40 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * active cluster (long contexts), each writes its combined partial to global memory and the last
  * one to finish (atomic counter) combines those. */
 
+#define AD_THREADS 256
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_CLUSTER 8
+#define AD_WIN 32u       /* positions per split come in multiples of this */
+#define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
+#define AD_DMAX 256u     /* head_dim */
+#define AD_LPS 4u        /* lanes per position in the scores */
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
+ * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
+__host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
+    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
+    return b + (192u - b % 128u) % 128u;
+}
+
+/* Slices of the positions in the weighted V sum (threads of head_dim / 2 take two dims each). */
+__host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim) {
+    return AD_THREADS / (head_dim / 2);
+}
+
 template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
     kt.start();
+    constexpr int EPV = kv_epv<KDT>::n;
     constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
     extern __shared__ __align__(16) uint8_t smb[];
     __shared__ float ml[2 * AD_GMAX];
@@ -210,13 +237,80 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     cp_async_wait_all();
     __syncthreads();
     kt.mark(0);
-    ad_scores<KDT, GM>(ks, rb, vpr, qs, hd, G, len, sc, a.chunk_max);
+    /* scores: lanes j of AD_LPS per position take pieces j, j + AD_LPS, ... of its K row */
+    {
+        const float scale = rsqrtf((float)hd);
+        const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
+        for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
+            const uint32_t p = base + threadIdx.x / AD_LPS;
+            float s[GM];
+#pragma unroll
+            for (int g = 0; g < GM; g++) s[g] = 0.0f;
+            if (p < len) {
+                const uint8_t *kr = ks + p * rb;
+#pragma unroll 2
+                for (uint32_t c = j; c < vpr; c += AD_LPS) {
+                    float f[EPV];
+                    kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
+#pragma unroll
+                    for (int g = 0; g < GM; g++) {
+                        if ((uint32_t)g >= G) break;
+                        const float4 *qq = (const float4 *)(qs + (size_t)g * hd + c * EPV);
+#pragma unroll
+                        for (int e = 0; e < EPV; e += 4) {
+                            const float4 q = qq[e / 4];
+                            s[g] = fmaf(q.x, f[e], s[g]);
+                            s[g] = fmaf(q.y, f[e + 1], s[g]);
+                            s[g] = fmaf(q.z, f[e + 2], s[g]);
+                            s[g] = fmaf(q.w, f[e + 3], s[g]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+#pragma unroll
+                for (uint32_t o = 1; o < AD_LPS; o <<= 1) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+                if (p < len && (uint32_t)g < G && (uint32_t)g % AD_LPS == j) sc[g * a.chunk_max + p] = s[g] * scale;
+            }
+        }
+    }
     __syncthreads();
     ag_softmax(a, len, G, sc, ml); /* the weights replace the scores */
     __syncthreads();
-    ad_vsum<KDT, GM>(vs, rb, sc, a.chunk_max, hd, G, len, red);
+    /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
     {
-        const uint32_t ns = ad_slices(hd);
+        const uint32_t tr = hd / 2, ns = ad_slices(hd), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
+        if (sl < ns) {
+            float acc[GM][2];
+#pragma unroll
+            for (int g = 0; g < GM; g++) acc[g][0] = acc[g][1] = 0.0f;
+#pragma unroll 4
+            for (uint32_t p = sl; p < len; p += ns) {
+                float v0, v1;
+                if (KDT == THIN_DTYPE_BF16) {
+                    const uint32_t u = *(const uint32_t *)(vs + p * rb + d0 * 2);
+                    v0 = __uint_as_float(u << 16);
+                    v1 = __uint_as_float(u & 0xffff0000u);
+                } else {
+                    const float2 f = *(const float2 *)(vs + p * rb + d0 * 4);
+                    v0 = f.x, v1 = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    if ((uint32_t)g >= G) break;
+                    const float w = sc[g * a.chunk_max + p];
+                    acc[g][0] = fmaf(w, v0, acc[g][0]);
+                    acc[g][1] = fmaf(w, v1, acc[g][1]);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if ((uint32_t)g >= G) break;
+                *(float2 *)(red + ((size_t)sl * G + g) * hd + d0) = make_float2(acc[g][0], acc[g][1]);
+            }
+        }
+        __syncthreads();
         for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
             float t = red[i];
             for (uint32_t k = 1; k < ns; k++) t += red[(size_t)k * G * hd + i];

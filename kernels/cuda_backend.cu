@@ -183,13 +183,10 @@ static int alloc_state(cuda_session *s) {
     return 0;
 }
 
-/* One eager decode step at creation on each decode path: sets kernel attributes outside graph
- * capture and surfaces launch errors early; then the caches it touched are cleared. */
+/* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
+ * launch errors early; then the caches it touched are cleared. */
 static int warm_up(cuda_session *s) {
-    for (int k = s->ao_ctx ? 1 : 0; k >= 0; k--) {
-        s->ao_on = k;
-        if (exec_steps(s, 1, 0)) return -1;
-    }
+    if (exec_steps(s, 1, 0)) return -1;
     CK(s, cudaStreamSynchronize(s->st));
     const plan *p = s->p;
     for (uint32_t i = 0; i < p->n_ops; i++) {
@@ -296,8 +293,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     if (s->st) cudaStreamSynchronize(s->st);
     prof_report(s);
     prof_free(s);
-    for (int k = 0; k < 2; k++)
-        if (s->graph_ready[k]) cudaGraphExecDestroy(s->graph[k]);
+    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->st) cudaStreamDestroy(s->st);
@@ -332,14 +328,12 @@ static int trace_token(cuda_session *s) {
     CK(s, matvec_trace_arm(recs, n, TRACE_CAP));
     CK(s, mlp_trace_arm(recs, n, TRACE_CAP));
     CK(s, attention_trace_arm(recs, n, TRACE_CAP));
-    CK(s, attn_o_trace_arm(recs, n, TRACE_CAP));
     CK(s, stream_trace_arm(recs, n, TRACE_CAP));
     if (exec_decode_graph(s)) return -1;
     CK(s, cudaStreamSynchronize(s->st));
     CK(s, matvec_trace_arm(NULL, NULL, 0));
     CK(s, mlp_trace_arm(NULL, NULL, 0));
     CK(s, attention_trace_arm(NULL, NULL, 0));
-    CK(s, attn_o_trace_arm(NULL, NULL, 0));
     CK(s, stream_trace_arm(NULL, NULL, 0));
     unsigned int cnt = 0;
     CK(s, cudaMemcpy(&cnt, n, sizeof cnt, cudaMemcpyDeviceToHost));
@@ -383,7 +377,6 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     double t0 = s->prof ? prof_now_us() : 0.0;
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
-    exec_decode_at(s, pos);
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
     s->n_decoded++;
     if (s->trace_at && s->n_decoded == s->trace_at) {

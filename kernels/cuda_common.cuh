@@ -227,7 +227,7 @@ struct trace_rec {
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
     unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5, TRACE_AO = 6 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
@@ -277,7 +277,6 @@ static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsig
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
-cudaError_t attn_o_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t stream_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 
 /* A kernel's timeline probe: compiled in with -DTHIN_CUDA_TRACE=1 (make CUDA_TRACE=1), empty
@@ -430,28 +429,6 @@ size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, u
 /* Query heads per KV head of the grouped kernel instance for a's shape (1, 2, 4 or 8), or 0 when
  * the grouped kernel cannot take it. */
 int attn_group_max(const attn_args *a);
-
-/* The decode step's attention and output projection in one kernel (attn_o.cu): resid += W_o ·
- * attention(q, K, V) for one token (rope and the KV store done by the q, k, v matvec), for contexts
- * up to ctx positions, whose K and V rows a block stages in shared memory. */
-struct ao_args {
-    attn_args at;        /* q, caches, head counts, position; chunk_max = ctx */
-    dmat wo;             /* the o projection: rows × (n_heads × head_dim), BF16 or FP8 */
-    float *resid;        /* rows floats: += W_o · attention */
-    uint32_t ctx;        /* positions staged at most (a multiple of 32) */
-    uint32_t rows_per;   /* set by the launcher: W_o rows per block */
-    uint32_t csize;      /* set by the launcher: blocks per cluster (1, 2, 4 or 8), which split
-                            the positions */
-};
-/* The most positions the kernel takes for this shape on the current device (a multiple of 32; 0
- * when it cannot take the shape at all: KV dtype BF16/F32, head_dim a multiple of 32 up to 256, at
- * most 8 query heads per KV head, W_o BF16 or FP8 with n_heads × head_dim columns). */
-uint32_t attn_o_max_ctx(const attn_args *t, const dmat *wo, uint32_t rows_per, uint32_t csize, int n_sm);
-/* Launches it with room for ctx positions (at most attn_o_max_ctx for the same rows_per and
- * csize; *t->pos + 1 <= ctx); rows_per: W_o rows per block (rounded up to whole warps), 0 for about
- * one block per SM; csize: blocks per cluster, which share the positions (1, 2, 4 or 8). */
-cudaError_t launch_attn_o(const attn_args *t, const dmat *wo, float *resid, uint32_t ctx,
-                          uint32_t rows_per, uint32_t csize, int n_sm, cudaStream_t st);
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

@@ -12,11 +12,7 @@
  *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
  *   the gate/up pair (as above) followed by linear(g → d); add(d → x)   for one row (decode), the
  *       MLP kernel (mlp.cu), with down stored transposed
- *   that attention step followed by linear(att → o); add(o → x)      for one row (decode) at
- *       contexts whose K and V rows fit a block's shared memory, the attn_o kernel (attn_o.cu)
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_session.cuh"
@@ -81,7 +77,6 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
     st->add_op = -1;
     st->rope_q = st->rope_k = -1;
     st->attn_step = -1;
-    st->o_step = -1;
     st->lin[0] = (int)i;
     st->nseg = 1;
     uint32_t j = i + 1;
@@ -116,7 +111,7 @@ static void plain_step(step *st, step_kind k, int op) {
     memset(st, 0, sizeof *st);
     st->kind = k;
     st->op = op;
-    st->norm_op = st->add_op = st->rope_q = st->rope_k = st->attn_step = st->o_step = -1;
+    st->norm_op = st->add_op = st->rope_q = st->rope_k = st->attn_step = -1;
 }
 
 /* Absorbs rope ops i.. into the attention op that follows them; returns ops consumed or 0. */
@@ -214,51 +209,6 @@ static int fuse_mlp(cuda_session *s) {
     return 0;
 }
 
-/* Whether attention step a (rope and KV store done by its q, k, v step) and step l (the
- * o-projection and the residual add) can run as the attn_o kernel for one row: l takes a's output,
- * nothing reads that or l's own output later, and the kernel takes the shapes. Returns the most
- * positions it takes, or 0. */
-static uint32_t attn_o_fusable(const cuda_session *s, const step *a, const step *l) {
-    const plan *p = s->p;
-    if (a->kind != STEP_ATTN || !a->kv_fused || l->kind != STEP_LINEAR || l->nseg != 1 || l->pair ||
-        l->add_op < 0 || l->norm_op >= 0 || l->attn_step >= 0 || l->mlp || l->mlp_fused)
-        return 0;
-    const plan_op *at = &p->ops[a->op], *o = &p->ops[l->lin[0]], *ad = &p->ops[l->add_op];
-    const uint32_t end = (uint32_t)(l->add_op > l->lin[0] ? l->add_op : l->lin[0]) + 1;
-    if (o->in != at->out || ad->out == at->q || ad->out == at->k || ad->out == at->v ||
-        ad->out == at->out || read_later(p, end, at->out) || read_later(p, end, o->out))
-        return 0;
-    attn_args t;
-    attn_common(s, a, &t);
-    return attn_o_max_ctx(&t, &s->w[s->op_w[l->lin[0]]], s->ao_rows, s->ao_csize, s->n_sm);
-}
-
-/* Marks every (attention, o-projection + add) pair of steps for the attn_o kernel and sets the
- * positions it takes (the fewest over the layers, at most the session's context and env
- * THIN_CUDA_AO="N[,ROWS[,C]]": N positions at most, 0 off; ROWS W_o rows per block, 0 the
- * launcher's choice; C blocks per cluster sharing the positions, 1, 2, 4 or 8). */
-#define AO_CLUSTER 4
-static void fuse_attn_o(cuda_session *s) {
-    const char *e = getenv("THIN_CUDA_AO");
-    long cap = -1, rows = 0, cs = AO_CLUSTER;
-    if (e && *e && sscanf(e, "%ld,%ld,%ld", &cap, &rows, &cs) < 1) cap = -1;
-    if (cap == 0) return;
-    s->ao_rows = rows > 0 && rows < 65536 ? (uint32_t)rows : 0;
-    s->ao_csize = cs == 1 || cs == 2 || cs == 4 || cs == 8 ? (uint32_t)cs : AO_CLUSTER;
-    uint32_t ctx = s->max_ctx;
-    if (cap > 0 && (unsigned long)cap < ctx) ctx = (uint32_t)cap;
-    int any = 0;
-    for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
-        const uint32_t c = attn_o_fusable(s, &s->steps[i], &s->steps[i + 1]);
-        if (!c) continue;
-        if (c < ctx) ctx = c;
-        s->steps[i].o_step = (int)i + 1;
-        s->steps[i + 1].o_fused = 1;
-        any = 1;
-    }
-    s->ao_ctx = any ? ctx : 0;
-}
-
 int compile_steps(cuda_session *s) {
     const plan *p = s->p;
     s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
@@ -305,7 +255,5 @@ int compile_steps(cuda_session *s) {
     }
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
-    const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel takes the steps */
-    if (thin_cuda_fuse && thin_cuda_cluster && !(stm && strcmp(stm, "1") == 0)) fuse_attn_o(s);
     return 0;
 }

@@ -6,9 +6,7 @@
  * rotates q and k and stores k and v into the cache), and a gate/up group with the down
  * projection after it one MLP kernel. The whole step list plus the argmax is
  * captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
- * out, so each token is one graph launch; while the K and V rows fit a block's shared memory, the
- * attention and the o-projection after it run as one kernel (attn_o.cu), in a graph of their
- * own. Several rows (prefill): linears run as tensor-core GEMMs
+ * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
  * as their batched kernels.
  */
@@ -176,12 +174,6 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
     attn_common(s, st, &t);
-    if (n == 1 && st->o_step >= 0 && s->ao_on) { /* with the o-projection and its residual add */
-        const step *o = &s->steps[st->o_step];
-        CK(s, launch_attn_o(&t, &s->w[s->op_w[o->lin[0]]], row_of(s, p->ops[o->add_op].out, 0), s->ao_ctx,
-                            s->ao_rows, s->ao_csize, s->n_sm, s->st));
-        return 0;
-    }
     t.n_splits = n == 1 ? s->dec_splits : s->n_splits;
     t.chunk_max = n == 1 ? s->dec_chunk : s->chunk_max;
     t.min_chunk = s->dec_min_chunk;
@@ -221,7 +213,6 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     case STEP_LINEAR:
         if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
         if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);
-        if (st->o_fused && n == 1 && s->ao_on) return 0; /* run by the attention step */
         return run_linear(s, st, n, lm_last);
     case STEP_HEAD_RMSNORM:
         CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w,
@@ -280,19 +271,15 @@ static int capture(cuda_session *s) {
         return -1;
     }
     CK(s, e);
-    const int k = s->ao_on ? 1 : 0;
-    e = cudaGraphInstantiate(&s->graph[k], g, 0);
+    e = cudaGraphInstantiate(&s->graph, g, 0);
     cudaGraphDestroy(g);
     CK(s, e);
-    s->graph_ready[k] = 1;
+    s->graph_ready = 1;
     return 0;
 }
 
-void exec_decode_at(cuda_session *s, uint32_t pos) { s->ao_on = s->ao_ctx && pos < s->ao_ctx; }
-
 int exec_decode_graph(cuda_session *s) {
-    const int k = s->ao_on ? 1 : 0;
-    if (!s->graph_ready[k] && capture(s)) return -1;
-    CK(s, cudaGraphLaunch(s->graph[k], s->st));
+    if (!s->graph_ready && capture(s)) return -1;
+    CK(s, cudaGraphLaunch(s->graph, s->st));
     return 0;
 }

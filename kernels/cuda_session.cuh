@@ -46,9 +46,6 @@ typedef struct step {
     int mlp;            /* LINEAR (gate/up pair): for one row, runs the MLP kernel with the next
                            step (down + residual add), whose weights are stored transposed */
     int mlp_fused;      /* LINEAR (down): run by the preceding step for one row */
-    int o_step;         /* ATTN: the next step (o-projection + residual add), run with the
-                           attention by the attn_o kernel in a short decode; -1 when not fused */
-    int o_fused;        /* LINEAR (o): run by the preceding attention step in a short decode */
 } step;
 
 typedef struct cuda_prof cuda_prof;
@@ -103,15 +100,9 @@ struct cuda_session {
     unsigned int *d_count;  /* 1 */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
-    /* the decode step captured as graphs: [1] with the attention and o-projection fused (attn_o.cu,
-     * positions up to ao_ctx), [0] without */
-    cudaGraphExec_t graph[2];
-    int graph_ready[2];
-    uint32_t ao_ctx;        /* positions the fused attention + o-projection takes (0: none; env
-                               THIN_CUDA_AO: 0 off, N caps it at N) */
-    uint32_t ao_rows;       /* its W_o rows per block (0: the launcher's choice) */
-    uint32_t ao_csize;      /* its blocks per cluster (1, 2, 4 or 8) */
-    int ao_on;              /* the decode step being run uses it */
+    /* the decode step captured as a graph */
+    cudaGraphExec_t graph;
+    int graph_ready;
     uint32_t last_row;      /* row of the logits buffer that forward left last */
     uint32_t cur_pos;       /* position of the last forward's first row */
     cuda_prof *prof;        /* env THIN_CUDA_PROFILE=1: decode timings, or NULL */
@@ -163,12 +154,9 @@ void attn_common(const cuda_session *s, const step *st, attn_args *t);
 int exec_steps(cuda_session *s, uint32_t n, int lm_last);
 /* Runs steps [from, to) for n rows (no lm_last). */
 int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n);
-/* Picks the decode path for a token at position pos (sets ao_on); call before the decode step's
- * exec_steps or exec_decode_graph. */
-void exec_decode_at(cuda_session *s, uint32_t pos);
-/* Runs the decode step (n = 1) through the captured graph of the path exec_decode_at picked
- * (capturing it on first use): the graph copies h_io[0..2) (position, token) to the device, runs
- * the steps and the argmax, and copies the argmax id to h_am[0]. */
+/* Runs the decode step (n = 1) through the captured graph (capturing it on first use): the graph
+ * copies h_io[0..2) (position, token) to the device, runs the steps and the argmax, and copies
+ * the argmax id to h_am[0]. */
 int exec_decode_graph(cuda_session *s);
 
 /* cuda_profile.cu (env THIN_CUDA_PROFILE=1). prof_init: allocates the profile when the variable

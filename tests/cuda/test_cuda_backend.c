@@ -5,9 +5,7 @@
  * Checks one-token decode (CUDA graph), batched prefill (GEMM), prefill chunking, the split
  * attention at long contexts (several clusters of the decode kernel), the device argmax and greedy
  * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), and the
- * decode attention in 32-position splits (several blocks per cluster, several clusters). The
- * default decode runs the attention and o-projection as one kernel (attn_o.cu) for the BF16 and
- * FP8 o weights; other passes run them apart, and switch between the two within a decode.
+ * decode attention in 32-position splits (several blocks per cluster, several clusters).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -321,18 +319,14 @@ int main(void) {
     setenv("THIN_CUDA_MV_X4", "1", 1);
     setenv("THIN_CUDA_MV_SINGLE", "0", 1);
     setenv("THIN_CUDA_MLP", "0", 1);
-    setenv("THIN_CUDA_AO", "0", 1);
-    run_all("x4, shared kernel, no MLP or attention+o kernel: ");
+    run_all("x4, shared kernel, no MLP kernel: ");
     unsetenv("THIN_CUDA_MV_X4");
     unsetenv("THIN_CUDA_MV_SINGLE");
     /* The MLP kernel at one block per SM with 8 units per block (more blocks than the SMs hold
-     * for the wide FFN, so the launcher raises the units), and the attention + o kernel up to 48
-     * positions only, so that each decode switches paths (graphs) halfway. */
+     * for the wide FFN, so the launcher raises the units). */
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
-    setenv("THIN_CUDA_AO", "48", 1); /* positions 0..47 fused, then the split attention */
-    run_all("MLP kernel 1 block per SM, 8 units, attention+o to 48 positions: ");
+    run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
-    unsetenv("THIN_CUDA_AO");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
