@@ -161,10 +161,10 @@ def mlp_ends(ks):
         sets = {"first half": [b for b in bl if b[6] <= ends[len(ends) // 2]],
                 "last 5 %": [b for b in bl if b[6] >= ends[int(len(ends) * 0.95)]]}
         for k, bs in sets.items():
-            cols = [b[0] - w0 for b in bs], [b[1] - w0 for b in bs]
-            cols += tuple([b[i + 1] - b[i] for b in bs] for i in range(1, 6))
-            cols += ([b[6] - w0 for b in bs],)
-            row = [sum(c) / len(c) / 1e3 for c in cols]
+            # per block: start, wait (from w0), its five phases, end (from w0), place in the grid
+            per = [[b[0] - w0, b[1] - w0] + [b[i + 1] - b[i] for i in range(1, 6)] + [b[6] - w0]
+                   for b in bs]
+            row = [sum(c) / len(bs) / 1e3 for c in zip(*per)]
             rows[k].append(row + [sum(b[7] for b in bs) / len(bs) / nb])
     if not rows["first half"]:
         return
