@@ -32,7 +32,6 @@ from collections import OrderedDict, defaultdict
 
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
 STEPS_MLP = ["q/k/v", "attention", "o", "mlp"]  # with the MLP kernel (kernels/mlp.cu)
-STEPS_MLP_O = ["q/k/v", "attention", "mlp"]  # the MLP kernel also running o (THIN_CUDA_MLP_O=1)
 
 
 def step_names(n, steps=STEPS):
@@ -92,11 +91,7 @@ def main():
         if stream:
             return
         sys.exit("trace-summary: no records")
-    steps = STEPS
-    if any(g["kind"] == 5 for g in ks):
-        o_in_mlp = any(a["kind"] == 3 and b["kind"] == 5 for a, b in zip(ks, ks[1:]))
-        steps = STEPS_MLP_O if o_in_mlp else STEPS_MLP
-    n_layers, names = step_names(len(ks), steps)
+    n_layers, names = step_names(len(ks), STEPS_MLP if any(g["kind"] == 5 for g in ks) else STEPS)
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None

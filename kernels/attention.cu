@@ -168,6 +168,11 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
 
 namespace cg = cooperative_groups;
 
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
  * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         cp_async16(ks + p * rb + c * 16, kc + (size_t)(start + p) * pstride + c * 16);
         cp_async16(vs + p * rb + c * 16, vc + (size_t)(start + p) * pstride + c * 16);
     }
-    cp_async_commit();
+    asm volatile("cp.async.commit_group;" ::: "memory");
     pdl_wait();
     kt.waited();
     /* the current position's K and V and the group's q (the previous kernel wrote them) */

@@ -239,8 +239,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
-    const char *mlpo = getenv("THIN_CUDA_MLP_O");
-    thin_cuda_mlp_o = mlpo && strcmp(mlpo, "1") == 0;
     const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel reads down as stored */
     if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse) thin_cuda_mlp = 0;
     const char *trc = getenv("THIN_CUDA_TRACE");

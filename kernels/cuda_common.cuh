@@ -72,15 +72,6 @@ __device__ __forceinline__ void store_kv(void *cache, int dt, size_t i, float v)
     else ((float *)cache)[i] = v;
 }
 
-/* 16 bytes global -> shared, asynchronously (cp.async; L2 only); committed as a group, waited for
- * all at once. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -356,23 +347,11 @@ struct mlp_args {
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
-    /* The o-projection before the MLP, in the same kernel (o.data NULL: none): resid += o x_o
-     * (also written to o_out when set), x_o = the attention output, o_in; BF16 or FP8 rows of
-     * o.cols elements, hidden rows. o_count: 2 counters of the step (zero before its first
-     * launch; only grow): blocks arrived, o blocks done. */
-    dmat o;
-    const float *o_in;
-    float *o_out;
-    unsigned long long *o_count;
-    uint32_t o_rows;     /* set by the launcher: o rows per block (a multiple of MV_WARPS) */
-    uint32_t o_off;      /* set by the launcher: floats of shared memory before the o rows */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
  * row (the hidden size) within the kernel's columns per thread. */
 int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inter);
-/* Whether the MLP kernel can run this o-projection first (BF16 or FP8 rows, stored as is). */
-int mlp_o_supported(const dmat *o, uint32_t hidden);
 /* dst[c][r] = src[r][c] for r < rows, c < cols, elements of esz bytes (1 or 2); pitches in
  * elements. Padding of dst is left as it is. */
 cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,
@@ -380,8 +359,6 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 /* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
  * SM, UNITS intermediate units per block; 0: the launcher's choice). Off with THIN_CUDA_STREAM=1. */
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units;
-/* The o-projection run by the MLP kernel (env THIN_CUDA_MLP_O=1; 0: its own matvec). */
-extern int thin_cuda_mlp_o;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. */

@@ -12,8 +12,6 @@
  *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
  *   the gate/up pair (as above) followed by linear(g → d); add(d → x)   for one row (decode), the
  *       MLP kernel (mlp.cu), with down stored transposed
- *   linear(a → o); add(o → x) before that MLP step, x its residual   for one row, run by the MLP
- *       kernel first (THIN_CUDA_MLP_O=1)
  */
 #include <string.h>
 
@@ -211,34 +209,6 @@ static int fuse_mlp(cuda_session *s) {
     return 0;
 }
 
-/* Marks each MLP step whose preceding step is the o-projection with its residual add into the
- * residual the MLP normalises and adds into, for the MLP kernel to run first (env
- * THIN_CUDA_MLP_O). */
-static int fuse_o_mlp(cuda_session *s) {
-    const plan *p = s->p;
-    int any = 0;
-    for (uint32_t i = 1; i + 1 < s->n_steps; i++) {
-        step *o = &s->steps[i - 1], *l1 = &s->steps[i], *l2 = &s->steps[i + 1];
-        if (!l1->mlp || o->kind != STEP_LINEAR || o->nseg != 1 || o->pair || o->norm_op >= 0 ||
-            o->add_op < 0 || o->attn_step >= 0 || o->mlp || o->mlp_fused || l1->norm_op < 0)
-            continue;
-        const int resid = p->ops[o->add_op].out;
-        if (p->ops[l1->norm_op].in != resid || p->ops[l2->add_op].out != resid ||
-            p->ops[o->lin[0]].in == resid)
-            continue;
-        const dmat *ow = &s->w[s->op_w[o->lin[0]]], *dw = &s->w[s->op_w[l2->lin[0]]];
-        if (!mlp_o_supported(ow, dw->rows)) continue;
-        l1->mlp_o = 1;
-        o->o_fused = 1;
-        any = 1;
-    }
-    if (!any) return 0;
-    const size_t bytes = (size_t)s->n_steps * 2 * sizeof(unsigned long long);
-    if (cuda_alloc(s, (void **)&s->d_mlpocnt, bytes)) return -1;
-    CK(s, cudaMemset(s->d_mlpocnt, 0, bytes));
-    return 0;
-}
-
 int compile_steps(cuda_session *s) {
     const plan *p = s->p;
     s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
@@ -285,6 +255,5 @@ int compile_steps(cuda_session *s) {
     }
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
-    if (thin_cuda_mlp && thin_cuda_mlp_o && fuse_o_mlp(s)) return -1;
     return 0;
 }

@@ -113,14 +113,6 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     m.down = s->w[s->op_w[dn->lin[0]]];
     m.resid = row_of(s, s->p->ops[dn->add_op].out, 0);
     m.count = s->d_mlpcnt + (st - s->steps);
-    if (st->mlp_o) { /* the o-projection (the step before) first */
-        const step *os = st - 1;
-        const plan_op *oo = &s->p->ops[os->lin[0]];
-        m.o = s->w[s->op_w[os->lin[0]]];
-        m.o_in = row_of(s, oo->in, 0);
-        m.o_out = row_of(s, oo->out, 0);
-        m.o_count = s->d_mlpocnt + 2 * (st - s->steps);
-    }
     CK(s, launch_mlp(&m, s->n_sm, s->st));
     return 0;
 }
@@ -219,7 +211,6 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
                              w->rows * w->cols, o->eps, n, s->st));
         return 0;
     case STEP_LINEAR:
-        if (st->o_fused && n == 1) return 0; /* the next step's MLP kernel runs it */
         if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
         if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);
         return run_linear(s, st, n, lm_last);

@@ -116,10 +116,10 @@ static void step_label(const cuda_session *s, const step *st, char *buf, size_t 
         n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? "+" : "",
                               thin_role_name(p->ops[st->lin[k]].w_role));
     if (n < len)
-        snprintf(buf + n, len - n, "%s%s%s%s%s%s", st->pair ? "+silu" : "",
+        snprintf(buf + n, len - n, "%s%s%s%s%s", st->pair ? "+silu" : "",
                  st->add_op >= 0 ? "+add" : "", st->attn_step >= 0 ? "+rope+kv" : "",
-                 st->mlp ? "+down+add" : "", st->mlp_o ? " (and o+add)" : "",
-                 st->mlp_fused || st->o_fused ? " (in the MLP kernel)" : "");
+                 st->mlp ? "+down+add" : "",
+                 st->mlp_fused ? " (in the MLP kernel)" : "");
 }
 
 static uint64_t weight_bytes(const dmat *w) {
@@ -130,11 +130,10 @@ static uint64_t weight_bytes(const dmat *w) {
 
 /* Weight bytes a step reads for one row (the MLP kernel's: gate, up and down). */
 static uint64_t step_bytes(const cuda_session *s, const step *st) {
-    if (st->kind != STEP_LINEAR || st->mlp_fused || st->o_fused) return 0;
+    if (st->kind != STEP_LINEAR || st->mlp_fused) return 0;
     uint64_t b = 0;
     for (int k = 0; k < st->nseg; k++) b += weight_bytes(&s->w[s->op_w[st->lin[k]]]);
     if (st->mlp) b += weight_bytes(&s->w[s->op_w[st[1].lin[0]]]);
-    if (st->mlp_o) b += weight_bytes(&s->w[s->op_w[st[-1].lin[0]]]);
     return b;
 }
 

@@ -46,9 +46,6 @@ typedef struct step {
     int mlp;            /* LINEAR (gate/up pair): for one row, runs the MLP kernel with the next
                            step (down + residual add), whose weights are stored transposed */
     int mlp_fused;      /* LINEAR (down): run by the preceding step for one row */
-    int mlp_o;          /* LINEAR (gate/up pair with mlp): the MLP kernel also runs the preceding
-                           step (the o-projection and its residual add) first */
-    int o_fused;        /* LINEAR (o + add): run by the next step for one row */
 } step;
 
 typedef struct cuda_prof cuda_prof;
@@ -90,7 +87,6 @@ struct cuda_session {
                                n_heads × dec_splits × (head_dim + 2) when larger */
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
     unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
-    unsigned long long *d_mlpocnt; /* 2 per step: its o-projection's counters (only grow) */
     void *d_mlpt;           /* the largest transposed down projection, transposed back for a
                                prefill's GEMM */
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */

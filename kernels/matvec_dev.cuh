@@ -305,21 +305,15 @@ __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t bas
 /* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged
  * (16-byte loads for x longer than a.x4 elements: fewer rounds of L2 latency for long rows). */
 template <int DT>
-__device__ __forceinline__ void stage_after_wait(float *xs, const mv_args &a, float *red,
-                                                 const float (&nw)[MV_XPRE]) {
-    const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;
-    if (a.x4 && cols > a.x4) stage_x<DT, true, MV_XPRE / 2>(xs, a, cols, pitch, red, nw);
-    else stage_x<DT>(xs, a, cols, pitch, red, nw);
-}
-
-template <int DT>
 __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
     float nw[MV_XPRE];
     preload_norm(a, a.seg[0].w.cols, nw);
     kt.start();
     pdl_wait();
     kt.waited();
-    stage_after_wait<DT>(xs, a, red, nw);
+    const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;
+    if (a.x4 && cols > a.x4) stage_x<DT, true, MV_XPRE / 2>(xs, a, cols, pitch, red, nw);
+    else stage_x<DT>(xs, a, cols, pitch, red, nw);
 }
 
 #endif /* THIN_MATVEC_DEV_CUH */

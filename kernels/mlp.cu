@@ -26,7 +26,7 @@
  */
 #include "matvec_dev.cuh"
 
-int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_o = 0;
+int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
 
 /* Elements of one 16-byte vector of DT as floats. */
 template <int DT>
@@ -69,46 +69,10 @@ __device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
     atomicAdd(p + 3, v.w);
 }
 
-/* The o-projection's share of a block (see mlp_kernel, DTO): rows r0 .. r0 + nr of W_o, already in
- * shared memory at os, times the attention output (staged into xs here), added into the residual. */
-template <int DTO>
-__device__ __forceinline__ void o_rows(const mlp_args &a, uint32_t r0, uint32_t nr, const uint8_t *os,
-                                       float *xs) {
-    constexpr uint32_t EPV = vec_of<DTO>::epv;
-    const dmat &o = a.o;
-    const uint32_t ps = o.pitch / EPV * 4, nv = o.pitch / EPV;
-    const uint32_t rbytes = o.pitch * (DTO == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    for (uint32_t i = threadIdx.x; i < o.pitch; i += blockDim.x)
-        xs[x_index<DTO>(i, ps)] = i < o.cols ? __ldcg(a.o_in + i) : 0.0f;
-    cp_async_wait_all();
-    __syncthreads();
-    const uint32_t lane = threadIdx.x & 31;
-    for (uint32_t k = threadIdx.x >> 5; k < nr; k += MV_WARPS) {
-        const uint4 *row = (const uint4 *)(os + (size_t)k * rbytes);
-        float acc = 0.0f;
-#pragma unroll 2 /* registers: the block's first gate/up batch is held through this */
-        for (uint32_t v = lane; v < nv; v += 32) acc += dot16<DTO>(row[v], xs + 4 * v, ps);
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            const uint32_t r = r0 + k;
-            const float y = o.scale ? acc * o.scale[r] : acc;
-            if (a.o_out) a.o_out[r] = y;
-            a.resid[r] = __ldcg(a.resid + r) + y;
-        }
-    }
-    __syncthreads(); /* every row's residual written (and xs free again) */
-}
-
 /* DTG: gate/up dtype, DTD: down dtype; MINB blocks per SM the registers must allow (FP8 gate/up:
  * three, with half load batches, as the pair matvec); VPT: 16-byte vectors of a down row per
- * thread (1 or 2); NB: down rows per thread in each of the two batches in flight.
- * DTO: the o-projection's dtype when the kernel runs it first (0: not). The first blocks to become
- * resident (arrival order, an atomic counter) each take o_rows rows of W_o: they copy them into
- * shared memory before the wait (the attention still running, the memory mostly idle), then
- * multiply them by the attention output and add them into the residual, and count themselves
- * done; every block waits for that count before it stages the residual as its x. Blocks that only
- * become resident later (on the attention's SMs) have no o rows, so none waits for them. */
-template <int DTG, int DTD, int MINB, int VPT, int DTO>
+ * thread (1 or 2); NB: down rows per thread in each of the two batches in flight. */
+template <int DTG, int DTD, int MINB, int VPT>
 __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
@@ -136,41 +100,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
         if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
     }
     ktrace kt;
-    if constexpr (DTO != 0) {
-        __shared__ unsigned long long arrived;
-        if (threadIdx.x == 0) arrived = atomicAdd(a.o_count, 1ull);
-        __syncthreads();
-        const unsigned long long prev = arrived; /* grows by gridDim.x a launch */
-        const uint32_t r0 = (uint32_t)(prev % gridDim.x) * a.o_rows;
-        const uint32_t nr = r0 < a.o.rows ? min(a.o_rows, a.o.rows - r0) : 0;
-        const uint32_t rbytes = a.o.pitch * (DTO == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-        const uint8_t *os = (const uint8_t *)(sm + a.o_off);
-        const uint8_t *src = (const uint8_t *)a.o.data + (size_t)r0 * rbytes;
-        for (uint32_t i = threadIdx.x; i < nr * rbytes / 16; i += blockDim.x)
-            cp_async16((void *)(os + 16 * (size_t)i), src + 16 * (size_t)i);
-        cp_async_commit();
-        float nw[MV_XPRE];
-        preload_norm(m, m.seg[0].w.cols, nw);
-        kt.start();
-        pdl_wait();
-        if (nr) {
-            o_rows<DTO>(a, r0, nr, os, xs);
-            if (threadIdx.x == 0) {
-                __threadfence();
-                atomicAdd(a.o_count + 1, 1ull);
-            }
-        }
-        if (threadIdx.x == 0) { /* every o block of this launch done (o blocks a launch: ob) */
-            const unsigned long long ob = (a.o.rows + a.o_rows - 1) / a.o_rows;
-            const unsigned long long target = (prev / gridDim.x + 1) * ob;
-            while (ld_acquire64(a.o_count + 1) < target) __nanosleep(32);
-        }
-        __syncthreads();
-        kt.waited(); /* the timeline's wait: until the o-projection is done */
-        stage_after_wait<DTG>(xs, m, red, nw);
-    } else {
-        wait_and_stage<DTG>(xs, m, red, kt);
-    }
+    wait_and_stage<DTG>(xs, m, red, kt);
     /* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
      * (the same grid every launch of a step), so the count this launch's blocks wait for follows
      * from the value before this block's increment; no block resets it, so no block waits for a
@@ -325,36 +255,26 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
 template <int DTG, int DTD, int MINB, int VPT>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     mlp_args a = *in;
-    auto k = !a.o.data ? mlp_kernel<DTG, DTD, MINB, VPT, 0>
-             : a.o.dtype == THIN_DTYPE_F8_E4M3 ? mlp_kernel<DTG, DTD, MINB, VPT, THIN_DTYPE_F8_E4M3>
-                                                : mlp_kernel<DTG, DTD, MINB, VPT, THIN_DTYPE_BF16>;
+    auto k = mlp_kernel<DTG, DTD, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
     uint32_t tpr = 1;
     while (tpr < per) tpr *= 2;
     const uint32_t G = MV_WARPS * 32 / tpr;
-    /* shared memory: x (then the groups' partial sums; first the o-projection's x), then h of the
-     * block's units, then the block's o rows */
-    uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
-    if (a.o.data && a.o.pitch > xfl) xfl = a.o.pitch;
+    /* shared memory: x (then the groups' partial sums), then h of the block's units */
+    const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
-    /* o rows: whole warps' worth a block, about one block per SM taking them */
-    a.o_rows = a.o.data ? MV_WARPS * ((a.o.rows + MV_WARPS * n_sm - 1) / (MV_WARPS * n_sm)) : 0;
-    const size_t o_row_bytes = (size_t)a.o.pitch * (a.o.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    auto smem_for = [&](uint32_t units) {
-        return ((size_t)a.h_off + units + 3) / 4 * 4 * sizeof(float) + a.o_rows * o_row_bytes;
-    };
     int per_sm = 0;
     /* the occupancy for the largest units per block this launch may use, then the units */
-    size_t smem = smem_for(inter);
+    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
     if (smem > 48 * 1024 - 256) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(smem < 200 * 1024 ? smem : 200 * 1024));
         if (e != cudaSuccess) return e;
     }
-    size_t smem_min = smem_for(MV_WARPS);
+    size_t smem_min = ((size_t)a.h_off + MV_WARPS) * sizeof(float);
     cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MV_WARPS * 32, smem_min);
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
@@ -366,7 +286,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         units = (inter + cap - 1) / cap;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
-        smem = smem_for(units);
+        smem = ((size_t)a.h_off + units) * sizeof(float);
         int fit = 0;
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, MV_WARPS * 32, smem);
         if (e != cudaSuccess) return e;
@@ -376,18 +296,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
-    a.o_off = (a.h_off + units + 3) / 4 * 4;
     const uint32_t blocks = (inter + units - 1) / units;
-    if (a.o.data && (uint64_t)blocks * a.o_rows < a.o.rows) {
-        /* fewer blocks than SMs: more o rows a block, if that still fits */
-        a.o_rows = MV_WARPS * ((a.o.rows + MV_WARPS * blocks - 1) / (MV_WARPS * blocks));
-        smem = smem_for(units);
-        int fit = 0;
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, MV_WARPS * 32, smem);
-        if (e != cudaSuccess) return e;
-        if ((uint32_t)fit * (uint32_t)n_sm < blocks) return cudaErrorInvalidConfiguration;
-    }
     return launch_k(k, dim3(blocks), dim3(MV_WARPS * 32), smem, st, a);
 }
 
@@ -399,11 +308,6 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     return cudaErrorInvalidValue;
 }
 
-int mlp_o_supported(const dmat *o, uint32_t hidden) {
-    return (o->dtype == THIN_DTYPE_BF16 || o->dtype == THIN_DTYPE_F8_E4M3) && !o->trans &&
-           o->rows == hidden && o->cols > 0 && (size_t)o->pitch * 4 <= 200 * 1024;
-}
-
 cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
     mlp_args b = *in;
     b.mv.x4 = thin_cuda_mv_x4;
@@ -411,8 +315,6 @@ cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
     if (!b.down.trans || m.seg[0].w.dtype != m.seg[1].w.dtype ||
         !mlp_supported(m.seg[0].w.dtype, b.down.dtype, b.down.rows, m.seg[0].w.rows) ||
         b.down.cols != m.seg[0].w.rows || b.down.rows != m.seg[0].w.cols)
-        return cudaErrorInvalidValue;
-    if (b.o.data && (!mlp_o_supported(&b.o, b.down.rows) || !b.o_in || !b.o_count))
         return cudaErrorInvalidValue;
     const bool g8 = m.seg[0].w.dtype == THIN_DTYPE_F8_E4M3, d8 = b.down.dtype == THIN_DTYPE_F8_E4M3;
     if (g8 && d8) return launch_dd<THIN_DTYPE_F8_E4M3, THIN_DTYPE_F8_E4M3>(&b, n_sm, st);

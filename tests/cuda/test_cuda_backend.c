@@ -327,14 +327,6 @@ int main(void) {
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
-    /* The o-projection run by the MLP kernel first (its rows taken by the blocks that arrive
-     * first), and so at one block per SM too. */
-    setenv("THIN_CUDA_MLP_O", "1", 1);
-    run_all("o in the MLP kernel: ");
-    setenv("THIN_CUDA_MLP", "1,1,8", 1);
-    run_all("o in the MLP kernel 1 block per SM, 8 units: ");
-    unsetenv("THIN_CUDA_MLP");
-    unsetenv("THIN_CUDA_MLP_O");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
