@@ -22,6 +22,7 @@ int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thi
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
 int thin_cuda_mv_x4 = 4096;
 int thin_cuda_mv_single = 3;
+int thin_cuda_mv_dual = 1;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -236,6 +237,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *sgl = getenv("THIN_CUDA_MV_SINGLE");
     thin_cuda_mv_single = sgl && *sgl ? atoi(sgl) : 3;
     if (thin_cuda_mv_single < 0) thin_cuda_mv_single = 0;
+    const char *dual = getenv("THIN_CUDA_MV_DUAL");
+    thin_cuda_mv_dual = dual && *dual ? atoi(dual) : 1;
+    if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

@@ -152,6 +152,11 @@ extern int thin_cuda_mv_x4;
  * registers) at most thin_cuda_mv_single blocks per SM (env THIN_CUDA_MV_SINGLE; default 3; 0:
  * in the kernel shared with the pairs, as FP8 at half batches). */
 extern int thin_cuda_mv_single;
+/* Single-row matrices of at most 16 MiB (the o-projection) take two rows a warp, both requested
+ * before the wait, in the row-pair kernel at most thin_cuda_mv_dual blocks per SM (env
+ * THIN_CUDA_MV_DUAL; default 1, so that a block of the MLP kernel after it fits beside each of
+ * its blocks; 0: off, one row a warp in the single-row kernel). */
+extern int thin_cuda_mv_dual;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -328,6 +333,7 @@ struct mv_args {
     float *resid;        /* nseg 1: resid[r] += y[r] as well, or NULL */
     int pair;            /* seg0 = gate, seg1 = up: out0 = silu(g) * u, out1 = u */
     int rope;            /* row-pair epilogue above; every segment's rows a multiple of head_dim */
+    int dual;            /* nseg 1, no pair or rope: unit r takes rows r and r + (rows + 1) / 2 */
     uint32_t head_dim;   /* rope */
     int kv_dtype;        /* rope: BF16 or F32 */
     const int32_t *pos;  /* rope: device position of the token */

@@ -1,8 +1,10 @@
 /*
  * matvec.cu — y = W x for one token, the decode step's bandwidth-bound core.
  *
- * One warp per output row (two rows for the fused gate/up pair, or rows i and i + head_dim/2 of a
- * head for the q, k, v group with the rope and KV-store epilogue), 16-byte weight loads with up to
+ * One warp per output row (two rows for the fused gate/up pair, rows i and i + head_dim/2 of a
+ * head for the q, k, v group with the rope and KV-store epilogue, or rows i and i + rows/2 of a
+ * small single-row matrix such as the o-projection, so that its blocks, one per SM with both rows
+ * requested before the wait, leave room beside them for the next kernel's), 16-byte loads with up to
  * MV_UNROLL of them in flight per lane before the first use, F32 accumulation, streaming cache hint
  * (weights are read once per token). The input vector is staged once per block in shared memory as
  * F32, optionally through a fused RMSNorm; epilogues add the residual or apply the SiLU gate.
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MI
     constexpr int HB = MINB >= 3 && MODE == 0 ? MV_UNROLL / 2 : MV_UNROLL;
     if constexpr (MODE == 1) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
     else if constexpr (MODE == 2) matvec_body<DT, 1, HB>(a, total, xs, red);
-    else if (a.pair || a.rope) matvec_body<DT, 2, HB>(a, total, xs, red);
+    else if (a.pair || a.rope || a.dual) matvec_body<DT, 2, HB>(a, total, xs, red);
     else matvec_body<DT, 1, HB>(a, total, xs, red);
 }
 
@@ -150,6 +152,7 @@ template <int DT, int MINB, int MODE>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
+    if (a->dual) total = (a->seg[0].w.rows + 1) / 2;
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
         cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE>,
@@ -162,11 +165,12 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     if (MODE == 2 && thin_cuda_mv_single < per_sm) per_sm = thin_cuda_mv_single;
+    if (a->dual && thin_cuda_mv_dual < per_sm) per_sm = thin_cuda_mv_dual;
     if (MODE == 1 && thin_cuda_mv_pipe_bps > 0 && thin_cuda_mv_pipe_bps < per_sm)
         per_sm = thin_cuda_mv_pipe_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
-        const size_t bytes = (size_t)total * (a->pair || a->rope ? 2 : 1) * a->seg[0].w.pitch *
+        const size_t bytes = (size_t)total * (a->pair || a->rope || a->dual ? 2 : 1) * a->seg[0].w.pitch *
                              thin_dtype_size((thin_dtype)a->seg[0].w.dtype);
         const size_t lim = (size_t)(thin_cuda_mv_small_mb > 0 ? thin_cuda_mv_small_mb : 16) << 20;
         if (bytes <= lim) per_sm = thin_cuda_mv_small_bps;
@@ -190,6 +194,10 @@ template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_pipe && !a->pair && !a->rope && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
         return launch_v<DT, 1, 1>(a, n_sm, st);
+    if (a->dual) { /* the row-pair kernel at most thin_cuda_mv_dual blocks per SM */
+        if (DT == THIN_DTYPE_F8_E4M3) return launch_v<DT, 3, 0>(a, n_sm, st);
+        return launch_v<DT, 1, 0>(a, n_sm, st);
+    }
     if (thin_cuda_mv_single > 0 && !a->pair && !a->rope) return launch_v<DT, 3, 2>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
@@ -206,6 +214,10 @@ cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
     b.x4 = thin_cuda_mv_x4;
     for (int k = 0; k < a->nseg; k++)
         if (a->seg[k].w.trans) return cudaErrorInvalidValue;
+    if (thin_cuda_mv_dual > 0 && a->nseg == 1 && !a->pair && !a->rope && a->seg[0].w.rows > 1 &&
+        (size_t)a->seg[0].w.rows * a->seg[0].w.pitch * thin_dtype_size((thin_dtype)a->seg[0].w.dtype) <=
+            (size_t)16 << 20)
+        b.dual = 1;
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
     case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);

@@ -175,19 +175,24 @@ __device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr)
 template <int NR>
 struct mv_epi {
     float sc[NR];
-    float res;
+    float res[NR];
     int32_t pos;
 };
 
 template <int DT, int NR>
 __device__ __forceinline__ void epi_weights(const mv_args &a, int s, uint32_t rr, mv_epi<NR> &e) {
 #pragma unroll
-    for (int i = 0; i < NR; i++) e.sc[i] = 1.0f;
-    e.res = 0.0f;
+    for (int i = 0; i < NR; i++) e.sc[i] = 1.0f, e.res[i] = 0.0f;
     e.pos = 0;
     if (NR == 2 && a.rope) e.pos = *a.pos;
     if (DT != THIN_DTYPE_F8_E4M3) return;
-    if (NR == 2 && a.rope) {
+    if (NR == 2 && a.dual) {
+        const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+        if (a.seg[0].w.scale) {
+            e.sc[0] = a.seg[0].w.scale[rr];
+            if (rr + half < a.seg[0].w.rows) e.sc[1] = a.seg[0].w.scale[rr + half];
+        }
+    } else if (NR == 2 && a.rope) {
         const float *sc = a.seg[s].w.scale;
         if (sc) e.sc[0] = sc[rr], e.sc[1] = sc[rr + a.head_dim / 2];
     } else if (NR == 2) { /* gate/up pairs */
@@ -201,7 +206,14 @@ __device__ __forceinline__ void epi_weights(const mv_args &a, int s, uint32_t rr
 /* The residual row of a single-row unit; written by earlier kernels, so read after the wait. */
 template <int NR>
 __device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<NR> &e) {
-    if (NR == 1 && a.resid) e.res = __ldcg(a.resid + rr);
+    if (!a.resid) return;
+    if (NR == 1) {
+        e.res[0] = __ldcg(a.resid + rr);
+    } else if (a.dual) {
+        const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+        e.res[0] = __ldcg(a.resid + rr);
+        if (rr + half < a.seg[0].w.rows) e.res[NR - 1] = __ldcg(a.resid + rr + half);
+    }
 }
 
 /* Rope epilogue: rows (rr, rr + half) of segment s (scaled by e), rotated by rot (as op_rope),
@@ -235,6 +247,14 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     int s = 0;
     if constexpr (NR == 2) {
         uint32_t row = r, off = 0;
+        if (a.dual) { /* rows r and r + half (the second row's pointer repeats the first past the end) */
+            const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+            rows[0] = row_ptr(a.seg[0].w, r);
+            rows[1] = row_ptr(a.seg[0].w, r + half < a.seg[0].w.rows ? r + half : r);
+            *seg = 0;
+            *rr = r;
+            return;
+        }
         if (a.rope) {
             const uint32_t half = a.head_dim / 2;
             while (s + 1 < a.nseg && r >= a.seg[s].w.rows / 2) r -= a.seg[s++].w.rows / 2;
@@ -258,7 +278,17 @@ template <int DT, int NR>
 __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
                                           float2 rot, const mv_epi<NR> &e) {
     if constexpr (NR == 2) {
-        if (a.rope) {
+        if (a.dual) {
+            const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+            const float y0 = acc[0] * e.sc[0];
+            a.seg[0].out[rr] = y0;
+            if (a.resid) a.resid[rr] = e.res[0] + y0;
+            if (rr + half < a.seg[0].w.rows) {
+                const float y1 = acc[1] * e.sc[1];
+                a.seg[0].out[rr + half] = y1;
+                if (a.resid) a.resid[rr + half] = e.res[1] + y1;
+            }
+        } else if (a.rope) {
             store_rope<DT>(a, s, rr, acc[0], acc[1], rot, e);
         } else {
             const float g = acc[0] * e.sc[0], u = acc[1] * e.sc[1];
@@ -269,7 +299,7 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
     }
     const float y = acc[0] * e.sc[0];
     a.seg[s].out[rr] = y;
-    if (a.resid) a.resid[rr] = e.res + y;
+    if (a.resid) a.resid[rr] = e.res[0] + y;
 }
 
 #define MV_WARPS 8  /* warps per block of the per-op matvec and the MLP kernel */

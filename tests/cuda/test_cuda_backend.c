@@ -327,6 +327,11 @@ int main(void) {
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
+    /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
+     * warp in the row-pair kernel, one block per SM). */
+    setenv("THIN_CUDA_MV_DUAL", "0", 1);
+    run_all("one single row a warp: ");
+    unsetenv("THIN_CUDA_MV_DUAL");
     printf("%s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }
