@@ -170,8 +170,8 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
         per_sm = thin_cuda_mv_pipe_bps;
     if (thin_cuda_mv_small_bps > 0 && thin_cuda_mv_small_bps < per_sm) {
         /* a small matrix may leave room on every SM for the next kernel's blocks to start */
-        const size_t bytes = (size_t)total * (a->pair || a->rope || a->dual ? 2 : 1) * a->seg[0].w.pitch *
-                             thin_dtype_size((thin_dtype)a->seg[0].w.dtype);
+        const size_t bytes = (size_t)total * (a->pair || a->rope || a->dual ? 2 : 1) *
+                             a->seg[0].w.pitch * thin_dtype_size((thin_dtype)a->seg[0].w.dtype);
         const size_t lim = (size_t)(thin_cuda_mv_small_mb > 0 ? thin_cuda_mv_small_mb : 16) << 20;
         if (bytes <= lim) per_sm = thin_cuda_mv_small_bps;
     }
@@ -214,9 +214,9 @@ cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
     b.x4 = thin_cuda_mv_x4;
     for (int k = 0; k < a->nseg; k++)
         if (a->seg[k].w.trans) return cudaErrorInvalidValue;
-    if (thin_cuda_mv_dual > 0 && a->nseg == 1 && !a->pair && !a->rope && a->seg[0].w.rows > 1 &&
-        (size_t)a->seg[0].w.rows * a->seg[0].w.pitch * thin_dtype_size((thin_dtype)a->seg[0].w.dtype) <=
-            (size_t)16 << 20)
+    const dmat &w0 = a->seg[0].w;
+    if (thin_cuda_mv_dual > 0 && a->nseg == 1 && !a->pair && !a->rope && w0.rows > 1 &&
+        (size_t)w0.rows * w0.pitch * thin_dtype_size((thin_dtype)w0.dtype) <= (size_t)16 << 20)
         b.dual = 1;
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);

@@ -172,6 +172,9 @@ __device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr)
 /* The epilogue's operands of one unit, fetched by lane 0 while the unit's weights are in flight
  * rather than after its reduction: the FP8 row scales (1 when none), the residual row (single
  * rows with a residual add; only after the dependency wait) and the position (rope). */
+/* A dual unit r's second row: r + dual_half(a) (when below the rows). */
+__device__ __forceinline__ uint32_t dual_half(const mv_args &a) { return (a.seg[0].w.rows + 1) / 2; }
+
 template <int NR>
 struct mv_epi {
     float sc[NR];
@@ -187,7 +190,7 @@ __device__ __forceinline__ void epi_weights(const mv_args &a, int s, uint32_t rr
     if (NR == 2 && a.rope) e.pos = *a.pos;
     if (DT != THIN_DTYPE_F8_E4M3) return;
     if (NR == 2 && a.dual) {
-        const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+        const uint32_t half = dual_half(a);
         if (a.seg[0].w.scale) {
             e.sc[0] = a.seg[0].w.scale[rr];
             if (rr + half < a.seg[0].w.rows) e.sc[1] = a.seg[0].w.scale[rr + half];
@@ -210,7 +213,7 @@ __device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<
     if (NR == 1) {
         e.res[0] = __ldcg(a.resid + rr);
     } else if (a.dual) {
-        const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+        const uint32_t half = dual_half(a);
         e.res[0] = __ldcg(a.resid + rr);
         if (rr + half < a.seg[0].w.rows) e.res[NR - 1] = __ldcg(a.resid + rr + half);
     }
@@ -247,8 +250,8 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     int s = 0;
     if constexpr (NR == 2) {
         uint32_t row = r, off = 0;
-        if (a.dual) { /* rows r and r + half (the second row's pointer repeats the first past the end) */
-            const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+        if (a.dual) { /* rows r and r + half (past the end, the second pointer repeats the first) */
+            const uint32_t half = dual_half(a);
             rows[0] = row_ptr(a.seg[0].w, r);
             rows[1] = row_ptr(a.seg[0].w, r + half < a.seg[0].w.rows ? r + half : r);
             *seg = 0;
@@ -279,7 +282,7 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
                                           float2 rot, const mv_epi<NR> &e) {
     if constexpr (NR == 2) {
         if (a.dual) {
-            const uint32_t half = (a.seg[0].w.rows + 1) / 2;
+            const uint32_t half = dual_half(a);
             const float y0 = acc[0] * e.sc[0];
             a.seg[0].out[rr] = y0;
             if (a.resid) a.resid[rr] = e.res[0] + y0;
