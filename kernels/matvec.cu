@@ -152,7 +152,7 @@ template <int DT, int MINB, int MODE>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
-    if (a->dual) total = (a->seg[0].w.rows + 1) / 2;
+    if (a->dual) total = dual_half(*a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
         cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE>,
@@ -192,13 +192,11 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
  * THIN_CUDA_MV_SINGLE override). */
 template <int DT>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
-    if (thin_cuda_mv_pipe && !a->pair && !a->rope && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
+    /* dual single rows are units of two rows: the row-pair kernel's (launch_v caps its blocks) */
+    const bool single = !a->pair && !a->rope && !a->dual;
+    if (thin_cuda_mv_pipe && single && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
         return launch_v<DT, 1, 1>(a, n_sm, st);
-    if (a->dual) { /* the row-pair kernel at most thin_cuda_mv_dual blocks per SM */
-        if (DT == THIN_DTYPE_F8_E4M3) return launch_v<DT, 3, 0>(a, n_sm, st);
-        return launch_v<DT, 1, 0>(a, n_sm, st);
-    }
-    if (thin_cuda_mv_single > 0 && !a->pair && !a->rope) return launch_v<DT, 3, 2>(a, n_sm, st);
+    if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
     return launch_v<DT, 1, 0>(a, n_sm, st);

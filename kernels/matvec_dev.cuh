@@ -169,12 +169,14 @@ __device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr)
     return make_float2((float)cs, (float)sn);
 }
 
-/* The epilogue's operands of one unit, fetched by lane 0 while the unit's weights are in flight
- * rather than after its reduction: the FP8 row scales (1 when none), the residual row (single
- * rows with a residual add; only after the dependency wait) and the position (rope). */
-/* A dual unit r's second row: r + dual_half(a) (when below the rows). */
-__device__ __forceinline__ uint32_t dual_half(const mv_args &a) { return (a.seg[0].w.rows + 1) / 2; }
+/* A dual unit r's second row: r + dual_half(a) (when below the rows); dual units: dual_half(a). */
+__host__ __device__ __forceinline__ uint32_t dual_half(const mv_args &a) {
+    return (a.seg[0].w.rows + 1) / 2;
+}
 
+/* The epilogue's operands of one unit, fetched by lane 0 while the unit's weights are in flight
+ * rather than after its reduction: the FP8 row scales (1 when none), the residual rows (single
+ * rows with a residual add; only after the dependency wait) and the position (rope). */
 template <int NR>
 struct mv_epi {
     float sc[NR];
@@ -210,12 +212,12 @@ __device__ __forceinline__ void epi_weights(const mv_args &a, int s, uint32_t rr
 template <int NR>
 __device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<NR> &e) {
     if (!a.resid) return;
-    if (NR == 1) {
+    if constexpr (NR == 1) {
         e.res[0] = __ldcg(a.resid + rr);
     } else if (a.dual) {
         const uint32_t half = dual_half(a);
         e.res[0] = __ldcg(a.resid + rr);
-        if (rr + half < a.seg[0].w.rows) e.res[NR - 1] = __ldcg(a.resid + rr + half);
+        if (rr + half < a.seg[0].w.rows) e.res[1] = __ldcg(a.resid + rr + half);
     }
 }
 
@@ -276,6 +278,14 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     }
 }
 
+/* One single row's result y (scaled) into row r of segment s's output, and res + y into the
+ * residual when it has one. */
+__device__ __forceinline__ void store_single(const mv_args &a, int s, uint32_t r, float y,
+                                             float res) {
+    a.seg[s].out[r] = y;
+    if (a.resid) a.resid[r] = res + y;
+}
+
 /* The unit's results acc (NR sums) through its epilogue into the outputs. */
 template <int DT, int NR>
 __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
@@ -283,14 +293,9 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
     if constexpr (NR == 2) {
         if (a.dual) {
             const uint32_t half = dual_half(a);
-            const float y0 = acc[0] * e.sc[0];
-            a.seg[0].out[rr] = y0;
-            if (a.resid) a.resid[rr] = e.res[0] + y0;
-            if (rr + half < a.seg[0].w.rows) {
-                const float y1 = acc[1] * e.sc[1];
-                a.seg[0].out[rr + half] = y1;
-                if (a.resid) a.resid[rr + half] = e.res[1] + y1;
-            }
+            store_single(a, 0, rr, acc[0] * e.sc[0], e.res[0]);
+            if (rr + half < a.seg[0].w.rows)
+                store_single(a, 0, rr + half, acc[1] * e.sc[1], e.res[1]);
         } else if (a.rope) {
             store_rope<DT>(a, s, rr, acc[0], acc[1], rot, e);
         } else {
@@ -300,9 +305,7 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
         }
         return;
     }
-    const float y = acc[0] * e.sc[0];
-    a.seg[s].out[rr] = y;
-    if (a.resid) a.resid[rr] = e.res[0] + y;
+    store_single(a, s, rr, acc[0] * e.sc[0], e.res[0]);
 }
 
 #define MV_WARPS 8  /* warps per block of the per-op matvec and the MLP kernel */
