@@ -363,7 +363,8 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
 cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,
                              uint32_t rows, uint32_t cols, size_t esz, cudaStream_t st);
 /* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
- * SM, UNITS intermediate units per block; 0: the launcher's choice). Off with THIN_CUDA_STREAM=1. */
+ * SM, UNITS intermediate units per block; 0: the launcher's choice, see launch_m). Off with
+ * THIN_CUDA_STREAM=1. */
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
