@@ -287,7 +287,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
      * 48 slower, bench/decode-variants.sh). */
     uint32_t cap = (uint32_t)n_sm * (uint32_t)per_sm, units;
     for (;;) {
-        const uint32_t use = MINB >= 3 && cap >= 9 ? cap / 9 * 7 + cap % 9 * 7 / 9 : cap;
+        const uint32_t use = MINB >= 3 && cap >= 9 ? cap * 7 / 9 : cap;
         units = (inter + use - 1) / use;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
