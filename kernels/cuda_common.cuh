@@ -365,7 +365,7 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 /* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
  * SM, UNITS intermediate units per block; 0: the launcher's choice, see launch_m). Off with
  * THIN_CUDA_STREAM=1. */
-extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units;
+extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. */

@@ -2,7 +2,8 @@
  * mlp.cu — the decode step's whole MLP for one token in one kernel: RMSNorm, gate and up, the SiLU
  * gate, the down projection and the residual add, with no kernel boundary between gate/up and down.
  *
- * Each block takes a contiguous range of `units` intermediate units j.
+ * Each block takes a contiguous range of `units` intermediate units j (FP8 gate/up: one block of 24
+ * warps per SM; BF16: two of 8; see launch_dd).
  *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
  *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
  *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
@@ -26,7 +27,7 @@
  */
 #include "matvec_dev.cuh"
 
-int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
+int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 
 /* Elements of one 16-byte vector of DT as floats. */
 template <int DT>
@@ -69,16 +70,18 @@ __device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
     atomicAdd(p + 3, v.w);
 }
 
-/* DTG: gate/up dtype, DTD: down dtype; MINB blocks per SM the registers must allow (FP8 gate/up:
- * three, with half load batches, as the pair matvec); VPT: 16-byte vectors of a down row per
- * thread (1 or 2); NB: down rows per thread in each of the two batches in flight. */
-template <int DTG, int DTD, int MINB, int VPT>
-__global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args a) {
+/* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
+ * allow (FP8 gate/up: 24 warps per SM, under 88 registers a thread, with half load batches, as
+ * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
+ * thread in each of the two batches in flight. */
+template <int DTG, int DTD, int NW, int MINB, int VPT>
+__global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     pdl_trigger();
-    constexpr int HB = MINB >= 3 ? MV_UNROLL / 2 : MV_UNROLL;
-    constexpr int NB = (MINB >= 3 ? 4 : 8) / VPT;
+    constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
+    constexpr int HB = HALF ? MV_UNROLL / 2 : MV_UNROLL;
+    constexpr int NB = (HALF ? 4 : 8) / VPT;
     constexpr uint32_t EPD = vec_of<DTD>::epv;
     const mv_args &m = a.mv;
     const uint32_t inter = m.seg[0].w.rows;
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
     const int lane = threadIdx.x & 31;
     const uint32_t nvec = m.seg[0].w.pitch / vec_of<DTG>::epv;
 
-    /* 1. gate and up: warp w takes units w, w + MV_WARPS, ... of the block's range */
+    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range */
     uint32_t j = threadIdx.x >> 5;
     uint4 w[2][HB];
     const uint4 *rows[2];
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
         const unsigned long long prev = atomicAdd(a.count, 1ull);
         target = (prev / gridDim.x + 1) * gridDim.x;
     }
-    for (; j < nu; j += MV_WARPS) {
+    for (; j < nu; j += NW) {
         float acc[2] = {0.0f, 0.0f};
         use_batch<DTG, 2, HB>(w, lane, nvec, xs, acc);
         for (uint32_t base = lane + 32 * HB; base < nvec; base += 32 * HB) {
@@ -119,11 +122,11 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MINB) mlp_kernel(const mlp_args
             use_batch<DTG, 2, HB>(w, base, nvec, xs, acc);
         }
         const mv_epi<2> ce = e;
-        if (j + MV_WARPS < nu) {
-            rows[0] = row_ptr(m.seg[0].w, u0 + j + MV_WARPS);
-            rows[1] = row_ptr(m.seg[1].w, u0 + j + MV_WARPS);
+        if (j + NW < nu) {
+            rows[0] = row_ptr(m.seg[0].w, u0 + j + NW);
+            rows[1] = row_ptr(m.seg[1].w, u0 + j + NW);
             load_batch<2, HB>(w, rows, lane, nvec);
-            if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + MV_WARPS, e);
+            if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + NW, e);
         }
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
@@ -252,16 +255,16 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int MINB, int VPT>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     mlp_args a = *in;
-    auto k = mlp_kernel<DTG, DTD, MINB, VPT>;
+    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
     uint32_t tpr = 1;
     while (tpr < per) tpr *= 2;
-    const uint32_t G = MV_WARPS * 32 / tpr;
+    const uint32_t G = NW * 32 / tpr;
     /* shared memory: x (then the groups' partial sums), then h of the block's units */
     const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
@@ -274,14 +277,14 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
                                              (int)(smem < 200 * 1024 ? smem : 200 * 1024));
         if (e != cudaSuccess) return e;
     }
-    size_t smem_min = ((size_t)a.h_off + MV_WARPS) * sizeof(float);
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MV_WARPS * 32, smem_min);
+    size_t smem_min = ((size_t)a.h_off + NW) * sizeof(float);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NW * 32, smem_min);
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     if (thin_cuda_mlp_bps > 0 && thin_cuda_mlp_bps < per_sm) per_sm = thin_cuda_mlp_bps;
     /* All blocks resident at once (the counter wait needs it). BF16 gate/up: as many blocks as
      * fit, so that every SM streams its share (units rounded up to whole warps left SMs idle,
-     * measured slower). FP8 gate/up (three blocks per SM): units for seven of every nine of those
+     * measured slower). FP8 gate/up in blocks of 8 warps (three per SM): units for seven of every nine of those
      * slots, fewer blocks with more units each (on the H200 with SmolLM3's 11008 units, 36 a block
      * against 28 for every slot: 619.9-622.1 against 606.8-611.9 tokens/s; 32 and 40 between,
      * 48 slower, bench/decode-variants.sh). */
@@ -293,7 +296,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
         smem = ((size_t)a.h_off + units) * sizeof(float);
         int fit = 0;
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, MV_WARPS * 32, smem);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
         if (e != cudaSuccess) return e;
         if (fit >= per_sm) break;
         if (fit < 1) return cudaErrorInvalidConfiguration;
@@ -302,15 +305,33 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
     const uint32_t blocks = (inter + units - 1) / units;
-    return launch_k(k, dim3(blocks), dim3(MV_WARPS * 32), smem, st, a);
+    return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
+}
+
+/* Warps per block NW, and blocks per SM for the registers: 24 warps per SM for FP8 gate/up, 16 for
+ * BF16, in blocks of 8 warps or in one block. (NW * 32 must be a multiple of every power of two up
+ * to 256, the threads of a down row.) */
+template <int DTG, int DTD, int NW>
+static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
+    constexpr int MINB = (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
+    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1>(a, n_sm, st);
+    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2>(a, n_sm, st);
+    return cudaErrorInvalidValue;
 }
 
 template <int DTG, int DTD>
 static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
-    constexpr int MINB = DTG == THIN_DTYPE_F8_E4M3 ? 3 : 2;
-    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, MINB, 1>(a, n_sm, st);
-    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, MINB, 2>(a, n_sm, st);
-    return cudaErrorInvalidValue;
+    /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
+     * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
+     * others get one or none; one block per SM gives every SM the same share (on the H200 with
+     * SmolLM3-3B quality FP8: 642.8 against 620.3 tokens/s, bench/decode-variants.sh). BF16: two
+     * blocks of 8 warps (one of 16: 511.0 against 505.7, within the noise of a call). */
+    if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
+        if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);
+    } else {
+        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
+    }
+    return launch_dw<DTG, DTD, MV_WARPS>(a, n_sm, st);
 }
 
 cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {

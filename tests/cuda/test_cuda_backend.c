@@ -305,7 +305,7 @@ int main(void) {
         printf("test_cuda_backend: no CUDA device: skipped\n");
         return 0;
     }
-    char dev[128];
+    char dev[128], tag[64];
     if (cuda_device_describe(dev, sizeof dev) == 0) printf("device: %s\n", dev);
     run_all("");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
@@ -327,6 +327,15 @@ int main(void) {
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
+    /* The MLP kernel's other block sizes: FP8 gate/up in blocks of 8 warps (by default 24), BF16
+     * in blocks of 16 (by default 8). */
+    static const char *const warps[] = {"8", "16"};
+    for (int i = 0; i < 2; i++) {
+        setenv("THIN_CUDA_MLP_WARPS", warps[i], 1);
+        snprintf(tag, sizeof tag, "MLP kernel, %s-warp blocks: ", warps[i]);
+        run_all(tag);
+    }
+    unsetenv("THIN_CUDA_MLP_WARPS");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
