@@ -22,7 +22,7 @@ int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thi
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
 int thin_cuda_mv_x4 = 4096;
 int thin_cuda_mv_single = 3;
-int thin_cuda_mv_dual = 1;
+int thin_cuda_mv_dual = 1, thin_cuda_mv_warps = 0;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -240,6 +240,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *dual = getenv("THIN_CUDA_MV_DUAL");
     thin_cuda_mv_dual = dual && *dual ? atoi(dual) : 1;
     if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
+    const char *mvw = getenv("THIN_CUDA_MV_WARPS");
+    thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
     const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* MLP blocks of 8 warps (FP8 and BF16), 16 (BF16) */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");

@@ -156,7 +156,7 @@ extern int thin_cuda_mv_single;
  * before the wait, in the row-pair kernel at most thin_cuda_mv_dual blocks per SM (env
  * THIN_CUDA_MV_DUAL; default 1, so that a block of the MLP kernel after it fits beside each of
  * its blocks; 0: off, one row a warp in the single-row kernel). */
-extern int thin_cuda_mv_dual;
+extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];

@@ -17,14 +17,14 @@
  * the current unit's reduction, and the first unit's before waiting for the previous kernel
  * (weights do not depend on it; the position, read by the rope rotation, is set before the step's
  * first kernel). */
-template <int DT, int NR, int HB>
+template <int DT, int NR, int HB, int NW = MV_WARPS>
 __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
     const dmat &w0 = a.seg[0].w;
     const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
     const int lane = threadIdx.x & 31;
-    const uint32_t stride = gridDim.x * MV_WARPS;
+    const uint32_t stride = gridDim.x * NW;
     const bool rope = NR == 2 && a.rope;
-    uint32_t r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    uint32_t r = blockIdx.x * NW + (threadIdx.x >> 5);
     uint4 w[NR][HB];
     const uint4 *rows[NR];
     int seg = 0;
@@ -135,8 +135,8 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
  * per SM, full batches; the launcher picks it for rows of several batches when asked). MODE 2:
  * single rows only, full batches within 80 registers (three blocks per SM): without the pair and
  * rope paths a single row's loop fits there, so FP8 rows get full batches at three blocks per SM. */
-template <int DT, int MINB, int MODE>
-__global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 2 : MINB)
+template <int DT, int MINB, int MODE, int NW = MV_WARPS>
+__global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 16 / NW : MINB)
     matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
@@ -144,24 +144,24 @@ __global__ void __launch_bounds__(MV_WARPS * 32, MODE == 2 ? 3 : MODE == 1 || MI
     constexpr int HB = MINB >= 3 && MODE == 0 ? MV_UNROLL / 2 : MV_UNROLL;
     if constexpr (MODE == 1) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
     else if constexpr (MODE == 2) matvec_body<DT, 1, HB>(a, total, xs, red);
-    else if (a.pair || a.rope || a.dual) matvec_body<DT, 2, HB>(a, total, xs, red);
-    else matvec_body<DT, 1, HB>(a, total, xs, red);
+    else if (a.pair || a.rope || a.dual) matvec_body<DT, 2, HB, NW>(a, total, xs, red);
+    else matvec_body<DT, 1, HB, NW>(a, total, xs, red);
 }
 
-template <int DT, int MINB, int MODE>
+template <int DT, int MINB, int MODE, int NW = MV_WARPS>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (a->dual) total = dual_half(*a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE, NW>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE>,
-                                                                  MV_WARPS * 32, smem);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW>,
+                                                                  NW * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     if (MODE == 2 && thin_cuda_mv_single < per_sm) per_sm = thin_cuda_mv_single;
@@ -179,10 +179,10 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
      * that give that count), so that no warp runs on alone at the end. (Dealing units round the
      * blocks instead, to even out the SMs, measured slower.) */
     const uint32_t cap = (uint32_t)n_sm * (uint32_t)(per_sm > 0 ? per_sm : 1);
-    const uint32_t per_warp = (total + cap * MV_WARPS - 1) / (cap * MV_WARPS);
-    uint32_t blocks = (total + per_warp * MV_WARPS - 1) / (per_warp * MV_WARPS);
+    const uint32_t per_warp = (total + cap * NW - 1) / (cap * NW);
+    uint32_t blocks = (total + per_warp * NW - 1) / (per_warp * NW);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB, MODE>, dim3(blocks), dim3(MV_WARPS * 32), smem, st, *a, total);
+    return launch_k(matvec_kernel<DT, MINB, MODE, NW>, dim3(blocks), dim3(NW * 32), smem, st, *a, total);
 }
 
 /* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 pairs do best with two blocks of long
@@ -199,6 +199,9 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
+    /* q/k/v (rope pairs) and the dual o-projection in blocks of 12 warps, one per SM (env
+     * THIN_CUDA_MV_WARPS=12, for measurements) */
+    if (thin_cuda_mv_warps == 12 && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
     return launch_v<DT, 1, 0>(a, n_sm, st);
 }
 

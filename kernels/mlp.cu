@@ -257,6 +257,7 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
 
 template <int DTG, int DTD, int NW, int MINB, int VPT>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
+    static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
     auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
@@ -324,8 +325,9 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
      * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
      * others get one or none; one block per SM gives every SM the same share (on the H200 with
-     * SmolLM3-3B quality FP8: 642.8 against 620.3 tokens/s, bench/decode-variants.sh). BF16: two
-     * blocks of 8 warps (one of 16: 511.0 against 505.7, within the noise of a call). */
+     * SmolLM3-3B quality FP8: 642.8 and 639.7 against 620.3 and 619.9 tokens/s in two calls,
+     * bench/decode-variants.sh). BF16: two blocks of 8 warps (one of 16: 511.0 and 511.3 against
+     * 505.7 and 508.1, within the spread between calls). */
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
         if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);
     } else {

@@ -336,6 +336,10 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
+    /* q/k/v and the o-projection in blocks of 12 warps (by default 8) */
+    setenv("THIN_CUDA_MV_WARPS", "12", 1);
+    run_all("q/k/v and o in 12-warp blocks: ");
+    unsetenv("THIN_CUDA_MV_WARPS");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
