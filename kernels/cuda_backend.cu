@@ -240,9 +240,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *dual = getenv("THIN_CUDA_MV_DUAL");
     thin_cuda_mv_dual = dual && *dual ? atoi(dual) : 1;
     if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
-    const char *mvw = getenv("THIN_CUDA_MV_WARPS");
+    const char *mvw = getenv("THIN_CUDA_MV_WARPS"); /* 8: q/k/v and o in blocks of 8 warps */
     thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
-    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* MLP blocks of 8 warps (FP8 and BF16), 16 (BF16) */
+    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: MLP blocks of 8 warps; 16: FP8 in 16 */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;

@@ -199,9 +199,12 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
-    /* q/k/v (rope pairs) and the dual o-projection in blocks of 12 warps, one per SM (env
-     * THIN_CUDA_MV_WARPS=12, for measurements) */
-    if (thin_cuda_mv_warps == 12 && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
+    /* q/k/v (rope pairs) and the dual o-projection in blocks of 12 warps, one per SM by registers
+     * (128 blocks for SmolLM3-3B's q/k/v, 86 for o), after an MLP kernel that also runs one block
+     * per SM (H200, SmolLM3-3B: quality FP8 651.4, 649.9 and 651.9 against 640.7, 638.7 and 641.2
+     * tokens/s in two calls; BF16 with the 16-warp MLP blocks 518.6 against 508.9, but with 8-warp
+     * MLP blocks 503.3 against 506.8; bench/decode-variants.sh). THIN_CUDA_MV_WARPS=8: blocks of 8. */
+    if (thin_cuda_mv_warps != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
     return launch_v<DT, 1, 0>(a, n_sm, st);
 }
 

@@ -327,8 +327,8 @@ int main(void) {
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
-    /* The MLP kernel's other block sizes: FP8 gate/up in blocks of 8 warps (by default 24), BF16
-     * in blocks of 16 (by default 8). */
+    /* The MLP kernel's other block sizes: blocks of 8 warps (by default one per SM: 24 warps for
+     * FP8 gate/up, 16 for BF16), and FP8 in 16. */
     static const char *const warps[] = {"8", "16"};
     for (int i = 0; i < 2; i++) {
         setenv("THIN_CUDA_MLP_WARPS", warps[i], 1);
@@ -336,9 +336,9 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
-    /* q/k/v and the o-projection in blocks of 12 warps (by default 8) */
-    setenv("THIN_CUDA_MV_WARPS", "12", 1);
-    run_all("q/k/v and o in 12-warp blocks: ");
+    /* q/k/v and the o-projection in blocks of 8 warps (by default 12) */
+    setenv("THIN_CUDA_MV_WARPS", "8", 1);
+    run_all("q/k/v and o in 8-warp blocks: ");
     unsetenv("THIN_CUDA_MV_WARPS");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
