@@ -24,7 +24,8 @@ second cluster barrier, to the end (blocks that combine over the cluster), and a
 the first two and to the end for blocks that had the context to themselves; for the MLP kernel,
 the mean time of each of its blocks' phases after the wait returns, and the same for the blocks
 that end first (the earlier half of each launch) and last (its last 5 %), with when they started
-and where they sit in the grid.
+and where they sit in the grid; then its blocks by how many of them shared an SM and by tenth of
+the grid, with when they started, waited and ended.
 """
 import csv
 import sys
@@ -77,9 +78,9 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if g["kind"] == 5:  # t0, t1, m0..m3, t2, block
+            if g["kind"] == 5:  # t0, t1, m0..m3, t2, block, sm
                 g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
-                                               [int(r["t2"]), int(r["block"])])
+                                               [int(r["t2"]), int(r["block"]), int(r["sm"])])
             elif all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
@@ -138,6 +139,7 @@ def main():
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pm) / len(pm) / 1e3:.2f}"
                         for i, n in enumerate(names_pm)))
         mlp_ends(ks)
+        mlp_by_sm(ks)
     ph1 = [p for g in ks for p in g.get("phases1", [])]
     if ph1:
         names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]
@@ -174,6 +176,42 @@ def mlp_ends(ks):
     print(f"  {'blocks':10} " + " ".join(f"{h:>7}" for h in hdr))
     for k, rs in rows.items():
         print(f"  {k:10} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):7.2f}" for i in range(len(hdr))))
+
+
+def mlp_by_sm(ks):
+    """Where the MLP kernel's blocks ran: its blocks grouped by how many of the launch's blocks
+    shared their SM, and by tenth of the grid (block index), with when they started, when their
+    wait returned and when they ended, from the previous kernel's last block ending (mean over
+    layers)."""
+    by_n, by_tenth = defaultdict(list), defaultdict(list)
+    prev_end = None
+    for g in ks:
+        bl = g.get("mlp")  # t0, t1, m0..m3, t2, block, sm
+        if bl and prev_end is not None:
+            nb = max(b[7] for b in bl) + 1
+            on_sm = defaultdict(int)
+            for b in bl:
+                on_sm[b[8]] += 1
+            for b in bl:
+                row = [(b[0] - prev_end) / 1e3, (b[1] - prev_end) / 1e3, (b[6] - prev_end) / 1e3]
+                by_n[on_sm[b[8]]].append(row)
+                by_tenth[b[7] * 10 // nb].append(row)
+        prev_end = max(g["t2"])
+    if not by_n:
+        return
+    print("mlp blocks by how many of the launch's blocks shared their SM, us from the previous "
+          "kernel's last block ending (mean over layers):")
+    print(f"  {'on the SM':>9} {'blocks':>7} {'started':>8} {'waited':>7} {'ended':>7}")
+    for n in sorted(by_n):
+        rs = by_n[n]
+        print(f"  {n:9d} {len(rs):7d} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):{w}.2f}"
+                                                   for i, w in enumerate((8, 7, 7))))
+    print("mlp blocks by tenth of the grid (block index), same clock:")
+    print(f"  {'tenth':>9} {'blocks':>7} {'started':>8} {'waited':>7} {'ended':>7}")
+    for t in sorted(by_tenth):
+        rs = by_tenth[t]
+        print(f"  {t:9d} {len(rs):7d} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):{w}.2f}"
+                                                   for i, w in enumerate((8, 7, 7))))
 
 
 def stream_summary(stream):

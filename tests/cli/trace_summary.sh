@@ -71,6 +71,11 @@ grep -q "kernels traced: 9 (2 layers)" "$T/out"
 grep -q "mlp phases, mean over 40 blocks (us): gate/up (block's first warp) 10.10, to h complete 0.50, down (first thread) 5.00, wait for every block's staging 0.50, residual add 1.05" "$T/out"
 grep -Eq "^  first half +-3\.00 +0\.00 +10\.00 +0\.50 +5\.00 +0\.50 +1\.00 +17\.00 +0\.45$" "$T/out"
 grep -Eq "^  last 5 % +2\.00 +2\.50 +12\.00 +0\.50 +5\.00 +0\.50 +2\.00 +22\.50 +0\.95$" "$T/out"
+# where they ran: each block on its own SM; tenth 0 (blocks 0, 1) and tenth 9 (blocks 18, 19),
+# from the o step's end 10 us before each launch's base
+grep -Eq "^ +1 +40 " "$T/out"
+grep -Eq "^ +0 +4 +8\.00 +11\.00 +28\.00$" "$T/out"
+grep -Eq "^ +9 +4 +10\.50 +12\.25 +30\.75$" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
