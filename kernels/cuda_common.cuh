@@ -154,8 +154,9 @@ extern int thin_cuda_mv_x4;
 extern int thin_cuda_mv_single;
 /* Single-row matrices of at most 16 MiB (the o-projection) take two rows a warp, both requested
  * before the wait, in the row-pair kernel at most thin_cuda_mv_dual blocks per SM (env
- * THIN_CUDA_MV_DUAL; default 1, so that a block of the MLP kernel after it fits beside each of
- * its blocks; 0: off, one row a warp in the single-row kernel). */
+ * THIN_CUDA_MV_DUAL; default 1; 0: off, one row a warp in the single-row kernel). Those and the
+ * q/k/v rope pairs run in blocks of 12 warps, one per SM by registers, unless thin_cuda_mv_warps
+ * is 8 (env THIN_CUDA_MV_WARPS: blocks of 8 warps, as every other matvec). */
 extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
 
 static inline void set_carveout(const void *k) {

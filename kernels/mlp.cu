@@ -71,7 +71,7 @@ __device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
 }
 
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
- * allow (FP8 gate/up: 24 warps per SM, under 88 registers a thread, with half load batches, as
+ * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
  * thread in each of the two batches in flight. */
 template <int DTG, int DTD, int NW, int MINB, int VPT>
@@ -285,10 +285,10 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     if (thin_cuda_mlp_bps > 0 && thin_cuda_mlp_bps < per_sm) per_sm = thin_cuda_mlp_bps;
     /* All blocks resident at once (the counter wait needs it). BF16 gate/up: as many blocks as
      * fit, so that every SM streams its share (units rounded up to whole warps left SMs idle,
-     * measured slower). FP8 gate/up in blocks of 8 warps (three per SM): units for seven of every nine of those
-     * slots, fewer blocks with more units each (on the H200 with SmolLM3's 11008 units, 36 a block
-     * against 28 for every slot: 619.9-622.1 against 606.8-611.9 tokens/s; 32 and 40 between,
-     * 48 slower, bench/decode-variants.sh). */
+     * measured slower). FP8 gate/up in blocks of 8 warps (three per SM): units for seven of every
+     * nine of those slots, fewer blocks with more units each (on the H200 with SmolLM3's 11008
+     * units, 36 a block against 28 for every slot: 619.9-622.1 against 606.8-611.9 tokens/s; 32
+     * and 40 between, 48 slower, bench/decode-variants.sh). One block per SM: every SM's share. */
     uint32_t cap = (uint32_t)n_sm * (uint32_t)per_sm, units;
     for (;;) {
         const uint32_t use = MINB >= 3 && cap >= 9 ? cap * 7 / 9 : cap;
