@@ -297,6 +297,13 @@ static void run_all(const char *tag) {
     V = 999;
     CASE("odd vocab BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("odd vocab BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    /* SmolLM3-3B's widths with the quality profile's outer-layer mix (FP8 gate/up, BF16 down): a
+     * BF16 down row of 2048 elements takes 256 threads of the MLP block, the widest tiling. */
+    H = 2048, NH = 16, NKV = 4, HD = 128, I = 1376, V = 1000;
+    down_dt = THIN_DTYPE_BF16;
+    CASE("hidden 2048 BF16+FP8 gate/up, BF16 down", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16,
+         2e-3, 4e-2);
+    down_dt = 0;
 #undef CASE
 }
 
