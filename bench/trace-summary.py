@@ -199,19 +199,16 @@ def mlp_by_sm(ks):
         prev_end = max(g["t2"])
     if not by_n:
         return
-    print("mlp blocks by how many of the launch's blocks shared their SM, us from the previous "
-          "kernel's last block ending (mean over layers):")
-    print(f"  {'on the SM':>9} {'blocks':>7} {'started':>8} {'waited':>7} {'ended':>7}")
-    for n in sorted(by_n):
-        rs = by_n[n]
-        print(f"  {n:9d} {len(rs):7d} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):{w}.2f}"
-                                                   for i, w in enumerate((8, 7, 7))))
-    print("mlp blocks by tenth of the grid (block index), same clock:")
-    print(f"  {'tenth':>9} {'blocks':>7} {'started':>8} {'waited':>7} {'ended':>7}")
-    for t in sorted(by_tenth):
-        rs = by_tenth[t]
-        print(f"  {t:9d} {len(rs):7d} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):{w}.2f}"
-                                                   for i, w in enumerate((8, 7, 7))))
+    for title, key, groups in (
+            ("mlp blocks by how many of the launch's blocks shared their SM, us from the previous "
+             "kernel's last block ending (mean over layers):", "on the SM", by_n),
+            ("mlp blocks by tenth of the grid (block index), same clock:", "tenth", by_tenth)):
+        print(title)
+        print(f"  {key:>9} {'blocks':>7} {'started':>8} {'waited':>7} {'ended':>7}")
+        for k in sorted(groups):
+            rs = groups[k]
+            print(f"  {k:9d} {len(rs):7d} " + " ".join(f"{sum(r[i] for r in rs) / len(rs):{w}.2f}"
+                                                       for i, w in enumerate((8, 7, 7))))
 
 
 def stream_summary(stream):
