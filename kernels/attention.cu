@@ -156,10 +156,13 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * active block writes the output; else the cluster combines its blocks' partial results through
  * distributed shared memory, each block finishing a slice of the output. With more than one
  * active cluster (long contexts), each writes its combined partial to global memory and the last
- * one to finish (atomic counter) combines those. */
+ * one to finish (atomic counter) combines those.
+ * Short-context form (attn_args.short_max, env THIN_CUDA_ATTN_SHORT): the same kernel in one block
+ * of AD_SHORT_THREADS per KV head, no cluster, its chunk covering every position up to short_max,
+ * so that it always takes the single-block path. */
 
 #define AD_THREADS 256
-#define AD_WARPS (AD_THREADS / 32)
+#define AD_SHORT_THREADS 1024 /* the short-context form: one block per KV head (see launch_short) */
 #define AD_CLUSTER 8
 #define AD_WIN 32u       /* positions per split come in multiples of this */
 #define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
@@ -182,12 +185,15 @@ __host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int
 }
 
 /* Slices of the positions in the weighted V sum (threads of head_dim / 2 take two dims each). */
-__host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim) {
-    return AD_THREADS / (head_dim / 2);
+__host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim, uint32_t threads) {
+    return threads / (head_dim / 2);
 }
 
-template <int KDT, int GM>
-__global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
+/* NT threads a block: AD_THREADS in clusters (grid: KV head × splits), or AD_SHORT_THREADS, one
+ * block per KV head taking every position (grid: KV heads × 1, no cluster; chunk_max covers the
+ * context, so the single-block path below is the only one it takes). */
+template <int KDT, int GM, int NT>
+__global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
     kt.start();
@@ -204,6 +210,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     const uint32_t n_act = (npos + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
     const uint32_t cidx = split / AD_CLUSTER, rank = split % AD_CLUSTER;
     if (cidx >= n_cl) return; /* the whole cluster is past the context */
+    if (chunk > a.chunk_max) return; /* never, by the launch's sizes (same for the whole grid) */
     const uint32_t start = split * chunk, end = min(npos, start + chunk);
     const uint32_t len = start < end ? end - start : 0;
     if (n_act == 1 && !len) return; /* the single active block needs no partner */
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     /* scores: lanes j of AD_LPS per position take pieces j, j + AD_LPS, ... of its K row */
     {
         const float scale = rsqrtf((float)hd);
-        const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
+        const uint32_t j = threadIdx.x % AD_LPS, per = NT / AD_LPS;
         for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
             const uint32_t p = base + threadIdx.x / AD_LPS;
             float s[GM];
@@ -280,7 +287,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     __syncthreads();
     /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
     {
-        const uint32_t tr = hd / 2, ns = ad_slices(hd), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
+        const uint32_t tr = hd / 2, ns = ad_slices(hd, NT), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
         if (sl < ns) {
             float acc[GM][2];
 #pragma unroll
@@ -447,9 +454,10 @@ uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min
     return c < m ? m : (c + AD_WIN - 1) / AD_WIN * AD_WIN;
 }
 
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype, int one_block) {
+    const uint32_t nt = one_block ? AD_SHORT_THREADS : AD_THREADS;
     return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) +
-           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim) * head_dim) * sizeof(float);
+           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim, nt) * head_dim) * sizeof(float);
 }
 
 /* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
@@ -459,29 +467,48 @@ static int decode_fits(const attn_args *a) {
     if (!a->n_kv || a->n_heads % a->n_kv || a->n_heads / a->n_kv > AD_GMAX) return 0;
     if (a->head_dim % 32 || a->head_dim > AD_DMAX || a->ldq % 4) return 0;
     return a->n_splits % AD_CLUSTER == 0 && a->chunk_max % AD_WIN == 0 && a->min_chunk >= AD_WIN &&
-           a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk;
+           a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk && a->short_max % AD_WIN == 0;
 }
 
 template <int KDT, int GM>
 static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
     const uint32_t g = a->n_heads / a->n_kv;
-    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max, KDT);
+    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max, KDT, 0);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM>,
+        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM, AD_THREADS>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
-                     dim3(1, AD_CLUSTER, 1), *a);
+    return launch_kc(attn_decode_kernel<KDT, GM, AD_THREADS>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS),
+                     smem, st, dim3(1, AD_CLUSTER, 1), *a);
+}
+
+/* The short-context form: one block of AD_SHORT_THREADS per KV head over all npos <= short_max
+ * positions (so no split partials, no cluster barrier and no combine), its K/V rows before *pos
+ * staged before the dependency wait as in the cluster form. */
+template <int KDT, int GM>
+static cudaError_t launch_short(const attn_args *in, cudaStream_t st) {
+    attn_args a = *in;
+    a.chunk_max = a.short_max;
+    a.min_chunk = AD_WIN;
+    const uint32_t g = a.n_heads / a.n_kv;
+    const size_t smem = attn_decode_smem(a.head_dim, g, a.chunk_max, KDT, 1);
+    auto k = attn_decode_kernel<KDT, GM, AD_SHORT_THREADS>;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    return launch_k(k, dim3(a.n_kv, 1), dim3(AD_SHORT_THREADS), smem, st, a);
 }
 
 template <int KDT>
 static cudaError_t launch_decode_dt(const attn_args *a, cudaStream_t st) {
+    const bool sh = a->short_max > 0;
     switch (group_bucket(a->n_heads / a->n_kv)) { /* decode_fits: at most AD_GMAX = 8 */
-    case 1: return launch_decode<KDT, 1>(a, st);
-    case 2: return launch_decode<KDT, 2>(a, st);
-    case 4: return launch_decode<KDT, 4>(a, st);
-    default: return launch_decode<KDT, 8>(a, st);
+    case 1: return sh ? launch_short<KDT, 1>(a, st) : launch_decode<KDT, 1>(a, st);
+    case 2: return sh ? launch_short<KDT, 2>(a, st) : launch_decode<KDT, 2>(a, st);
+    case 4: return sh ? launch_short<KDT, 4>(a, st) : launch_decode<KDT, 4>(a, st);
+    default: return sh ? launch_short<KDT, 8>(a, st) : launch_decode<KDT, 8>(a, st);
     }
 }
 

@@ -134,6 +134,7 @@ static int alloc_state(cuda_session *s) {
     /* Several rows: about two blocks per SM over the query heads. One row: about two blocks per SM
      * over the KV heads (the grouped kernel), each split at least ATTN_MIN_CHUNK positions. */
     split_plan(s, (2u * (uint32_t)s->n_sm + maxh - 1) / maxh, maxg, maxhd, &s->n_splits, &s->chunk_max);
+    s->attn_short = 0;
     if (thin_cuda_fuse && thin_cuda_cluster) {
         /* The cluster kernel: whole clusters of 8 splits, about two blocks per SM over the KV
          * heads for long contexts (short ones use the first cluster only). */
@@ -143,16 +144,24 @@ static int alloc_state(cuda_session *s) {
         /* 32 positions per block: more blocks fetch the K and V rows sooner, which pays for the
          * cluster combine (measured on the H200 against 64 and 256, bench/decode-variants.sh). */
         uint32_t mcw = mc && atoi(mc) > 0 ? ((uint32_t)atoi(mc) + 31) / 32 * 32 : 32;
-        while (mcw > 32 && attn_decode_smem(maxhd, maxg, mcw, p->kv_dtype) > ATTN_DEC_SMEM) mcw -= 32;
+        while (mcw > 32 && attn_decode_smem(maxhd, maxg, mcw, p->kv_dtype, 0) > ATTN_DEC_SMEM) mcw -= 32;
         s->dec_min_chunk = mcw;
         if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
         if (ns < 8) ns = 8;
         for (;;) { /* the K and V rows of a split are staged in shared memory */
             s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns, s->dec_min_chunk);
-            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= ATTN_DEC_SMEM || ns >= 4096) break;
+            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype, 0) <= ATTN_DEC_SMEM || ns >= 4096) break;
             ns *= 2;
         }
         s->dec_splits = ns;
+        /* THIN_CUDA_ATTN_SHORT=N: decode positions below N (rounded up to 32, at most the context
+         * and what the shared memory holds) take the short-context form, one block of 1024
+         * threads per KV head over every position, with no split partials to combine. */
+        const char *sh = getenv("THIN_CUDA_ATTN_SHORT");
+        uint32_t shp = sh && atoi(sh) > 0 ? ((uint32_t)atoi(sh) + 31) / 32 * 32 : 0;
+        if (shp > (s->max_ctx + 31) / 32 * 32) shp = (s->max_ctx + 31) / 32 * 32;
+        while (shp && attn_decode_smem(maxhd, maxg, shp, p->kv_dtype, 1) > ATTN_DEC_SMEM) shp -= 32;
+        s->attn_short = shp;
         if (attn_smem_floats(maxhd, maxg, s->dec_chunk, ns) * 4 > 200 * 1024)
             return cuda_failf(s, "context %u too long for the attention kernels", s->max_ctx);
     } else if (thin_cuda_fuse) {
@@ -187,7 +196,10 @@ static int alloc_state(cuda_session *s) {
 /* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
  * launch errors early; then the caches it touched are cleared. */
 static int warm_up(cuda_session *s) {
-    if (exec_steps(s, 1, 0)) return -1;
+    for (int k = s->attn_short ? 1 : 0; k >= 0; k--) { /* each attention form, position 0 */
+        s->short_now = k;
+        if (exec_steps(s, 1, 0)) return -1;
+    }
     CK(s, cudaStreamSynchronize(s->st));
     const plan *p = s->p;
     for (uint32_t i = 0; i < p->n_ops; i++) {
@@ -301,7 +313,8 @@ extern "C" void cuda_session_free(cuda_session *s) {
     if (s->st) cudaStreamSynchronize(s->st);
     prof_report(s);
     prof_free(s);
-    if (s->graph_ready) cudaGraphExecDestroy(s->graph);
+    for (int k = 0; k < 2; k++)
+        if (s->graph_ready[k]) cudaGraphExecDestroy(s->graph[k]);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->st) cudaStreamDestroy(s->st);
@@ -385,6 +398,7 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     double t0 = s->prof ? prof_now_us() : 0.0;
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
+    s->short_now = pos < s->attn_short; /* positions 0..pos fit the short form's rows */
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
     s->n_decoded++;
     if (s->trace_at && s->n_decoded == s->trace_at) {

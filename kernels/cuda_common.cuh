@@ -421,6 +421,8 @@ struct attn_args {
     int cluster;         /* one row: the cluster kernel may run (n_splits a multiple of 8 and
                             chunk_max from attn_decode_chunk_max) */
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
+    uint32_t short_max;  /* one row, cluster kernel shapes: nonzero (a multiple of 32, at least
+                            *pos + 1) runs the short-context form instead, one block per KV head */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
@@ -428,7 +430,7 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits
  * splits, and its shared memory in bytes. */
 uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min_chunk);
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype);
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype, int one_block);
 /* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
  * them and env THIN_CUDA_CLUSTER is not 0. */
 extern int thin_cuda_cluster;

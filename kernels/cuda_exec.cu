@@ -180,6 +180,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;
+    t.short_max = t.cluster && s->short_now ? s->attn_short : 0;
     CK(s, launch_attention(&t, n, s->st));
     return 0;
 }
@@ -271,15 +272,17 @@ static int capture(cuda_session *s) {
         return -1;
     }
     CK(s, e);
-    e = cudaGraphInstantiate(&s->graph, g, 0);
+    const int k = s->short_now ? 1 : 0;
+    e = cudaGraphInstantiate(&s->graph[k], g, 0);
     cudaGraphDestroy(g);
     CK(s, e);
-    s->graph_ready = 1;
+    s->graph_ready[k] = 1;
     return 0;
 }
 
 int exec_decode_graph(cuda_session *s) {
-    if (!s->graph_ready && capture(s)) return -1;
-    CK(s, cudaGraphLaunch(s->graph, s->st));
+    const int k = s->short_now ? 1 : 0;
+    if (!s->graph_ready[k] && capture(s)) return -1;
+    CK(s, cudaGraphLaunch(s->graph[k], s->st));
     return 0;
 }

@@ -92,6 +92,10 @@ struct cuda_session {
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
+    /* env THIN_CUDA_ATTN_SHORT: decode positions below this (a multiple of 32, 0: none) take the
+     * short-context attention, one block per KV head; such tokens replay a graph of their own */
+    uint32_t attn_short;
+    int short_now;                    /* the decode step being run or captured is a short one */
     /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there
      * is no attention op) */
     uint32_t attn_max_heads, attn_max_head_dim, attn_min_kv;
@@ -100,9 +104,9 @@ struct cuda_session {
     unsigned int *d_count;  /* 1 */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
-    /* the decode step captured as a graph */
-    cudaGraphExec_t graph;
-    int graph_ready;
+    /* the decode step captured as a graph: [0] with the cluster attention, [1] the short form */
+    cudaGraphExec_t graph[2];
+    int graph_ready[2];
     uint32_t last_row;      /* row of the logits buffer that forward left last */
     uint32_t cur_pos;       /* position of the last forward's first row */
     cuda_prof *prof;        /* env THIN_CUDA_PROFILE=1: decode timings, or NULL */

@@ -286,8 +286,9 @@ static void run_all(const char *tag) {
     CASE("wide ffn BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("wide ffn BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("wide ffn F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    /* Decode attention in splits of 32 positions (the default takes up to 256 in one block):
-     * several blocks per cluster and, at the long position, several clusters. */
+    /* Decode attention in splits of 32 positions (the default too; set here so that the cases
+     * keep it if the default changes): several blocks per cluster and, at the long position,
+     * several clusters. */
     setenv("THIN_CUDA_ATTN_CHUNK", "32", 1);
     CASE("32-position splits BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("32-position splits F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
@@ -347,6 +348,12 @@ int main(void) {
     setenv("THIN_CUDA_MV_WARPS", "8", 1);
     run_all("q/k/v and o in 8-warp blocks: ");
     unsetenv("THIN_CUDA_MV_WARPS");
+    /* The short-context decode attention (one block per KV head) for positions below 48: the
+     * token-by-token decode of positions 0..63 crosses from its graph to the cluster kernel's,
+     * and the decode after the long prefill runs the cluster kernel. */
+    setenv("THIN_CUDA_ATTN_SHORT", "48", 1);
+    run_all("short-context attention below 48: ");
+    unsetenv("THIN_CUDA_ATTN_SHORT");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
