@@ -36,9 +36,10 @@
  * memory. BF16 and FP8 weights; runs are made by stream_build from the compiled steps when env
  * THIN_CUDA_STREAM=1 (each step otherwise runs as its own kernels, as for prefill).
  *
- * Measured on the H200 (README, "The persistent decode kernel"), it is slower than the per-op
- * kernels (344 against 475 tokens/s BF16): the weight stream keeps the memory busy, and every
- * access on the critical path (phase counters, x, q, K/V, attention partials) waits behind it.
+ * Measured on the H200 (bench/results/decode-notes.md, "The persistent decode kernel"), it is
+ * slower than the per-op kernels (344 against 475 tokens/s BF16): the weight stream keeps the
+ * memory busy, and every access on the critical path (phase counters, x, q, K/V, attention
+ * partials) waits behind it.
  * It stays opt-in as the base for that work.
  */
 #include <string.h>
