@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * so that it always takes the single-block path. */
 
 #define AD_THREADS 256
-#define AD_SHORT_THREADS 1024 /* the short-context form: one block per KV head (see launch_short) */
+#define AD_SHORT_THREADS 1024 /* the short-context form: one block per KV head (see launch_decode) */
 #define AD_CLUSTER 8
 #define AD_WIN 32u       /* positions per split come in multiples of this */
 #define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
@@ -191,7 +191,7 @@ __host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim, uint32
 
 /* NT threads a block: AD_THREADS in clusters (grid: KV head × splits), or AD_SHORT_THREADS, one
  * block per KV head taking every position (grid: KV heads × 1, no cluster; chunk_max covers the
- * context, so the single-block path below is the only one it takes). */
+ * context, so the single-block path below is the only one it takes; see launch_decode). */
 template <int KDT, int GM, int NT>
 __global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
@@ -470,45 +470,41 @@ static int decode_fits(const attn_args *a) {
            a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk && a->short_max % AD_WIN == 0;
 }
 
-template <int KDT, int GM>
-static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
-    const uint32_t g = a->n_heads / a->n_kv;
-    const size_t smem = attn_decode_smem(a->head_dim, g, a->chunk_max, KDT, 0);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel<KDT, GM, AD_THREADS>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    return launch_kc(attn_decode_kernel<KDT, GM, AD_THREADS>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS),
-                     smem, st, dim3(1, AD_CLUSTER, 1), *a);
-}
-
-/* The short-context form: one block of AD_SHORT_THREADS per KV head over all npos <= short_max
- * positions (so no split partials, no cluster barrier and no combine), its K/V rows before *pos
- * staged before the dependency wait as in the cluster form. */
-template <int KDT, int GM>
-static cudaError_t launch_short(const attn_args *in, cudaStream_t st) {
-    attn_args a = *in;
-    a.chunk_max = a.short_max;
-    a.min_chunk = AD_WIN;
-    const uint32_t g = a.n_heads / a.n_kv;
-    const size_t smem = attn_decode_smem(a.head_dim, g, a.chunk_max, KDT, 1);
-    auto k = attn_decode_kernel<KDT, GM, AD_SHORT_THREADS>;
+/* The decode kernel of NT threads a block: its shared-memory attribute (once over the default),
+ * then the launch (cluster dim3(0, 0, 0): no clusters). */
+template <int KDT, int GM, int NT>
+static cudaError_t launch_decode_nt(const attn_args &a, dim3 grid, dim3 cluster, cudaStream_t st) {
+    const size_t smem =
+        attn_decode_smem(a.head_dim, a.n_heads / a.n_kv, a.chunk_max, KDT, NT != AD_THREADS);
+    auto k = attn_decode_kernel<KDT, GM, NT>;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    return launch_k(k, dim3(a.n_kv, 1), dim3(AD_SHORT_THREADS), smem, st, a);
+    return launch_kc(k, grid, dim3(NT), smem, st, cluster, a);
+}
+
+/* The cluster form, or with short_max the short-context form: one block of AD_SHORT_THREADS per
+ * KV head over all npos <= short_max positions (so no split partials, no cluster barrier and no
+ * combine), its K/V rows before *pos staged before the dependency wait as in the cluster form. */
+template <int KDT, int GM>
+static cudaError_t launch_decode(const attn_args *in, cudaStream_t st) {
+    if (!in->short_max)
+        return launch_decode_nt<KDT, GM, AD_THREADS>(*in, dim3(in->n_kv, in->n_splits),
+                                                      dim3(1, AD_CLUSTER, 1), st);
+    attn_args a = *in;
+    a.chunk_max = a.short_max;
+    a.min_chunk = AD_WIN;
+    return launch_decode_nt<KDT, GM, AD_SHORT_THREADS>(a, dim3(a.n_kv, 1), dim3(0, 0, 0), st);
 }
 
 template <int KDT>
 static cudaError_t launch_decode_dt(const attn_args *a, cudaStream_t st) {
-    const bool sh = a->short_max > 0;
     switch (group_bucket(a->n_heads / a->n_kv)) { /* decode_fits: at most AD_GMAX = 8 */
-    case 1: return sh ? launch_short<KDT, 1>(a, st) : launch_decode<KDT, 1>(a, st);
-    case 2: return sh ? launch_short<KDT, 2>(a, st) : launch_decode<KDT, 2>(a, st);
-    case 4: return sh ? launch_short<KDT, 4>(a, st) : launch_decode<KDT, 4>(a, st);
-    default: return sh ? launch_short<KDT, 8>(a, st) : launch_decode<KDT, 8>(a, st);
+    case 1: return launch_decode<KDT, 1>(a, st);
+    case 2: return launch_decode<KDT, 2>(a, st);
+    case 4: return launch_decode<KDT, 4>(a, st);
+    default: return launch_decode<KDT, 8>(a, st);
     }
 }
 

@@ -158,8 +158,9 @@ static int alloc_state(cuda_session *s) {
          * and what the shared memory holds) take the short-context form, one block of 1024
          * threads per KV head over every position, with no split partials to combine. */
         const char *sh = getenv("THIN_CUDA_ATTN_SHORT");
+        const uint32_t ctx32 = (s->max_ctx + 31) / 32 * 32;
         uint32_t shp = sh && atoi(sh) > 0 ? ((uint32_t)atoi(sh) + 31) / 32 * 32 : 0;
-        if (shp > (s->max_ctx + 31) / 32 * 32) shp = (s->max_ctx + 31) / 32 * 32;
+        if (shp > ctx32) shp = ctx32;
         while (shp && attn_decode_smem(maxhd, maxg, shp, p->kv_dtype, 1) > ATTN_DEC_SMEM) shp -= 32;
         s->attn_short = shp;
         if (attn_smem_floats(maxhd, maxg, s->dec_chunk, ns) * 4 > 200 * 1024)
