@@ -157,12 +157,9 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * distributed shared memory, each block finishing a slice of the output. With more than one
  * active cluster (long contexts), each writes its combined partial to global memory and the last
  * one to finish (atomic counter) combines those.
- * Short-context form (attn_args.short_max, env THIN_CUDA_ATTN_SHORT): the same kernel in one block
- * of AD_SHORT_THREADS per KV head, no cluster, its chunk covering every position up to short_max,
- * so that it always takes the single-block path. */
+ * Short contexts take attn_head_kernel below (attn_args.short_max). */
 
 #define AD_THREADS 256
-#define AD_SHORT_THREADS 1024 /* the short-context form: one block per KV head (see launch_decode) */
 #define AD_CLUSTER 8
 #define AD_WIN 32u       /* positions per split come in multiples of this */
 #define AD_GMAX 8u       /* query heads per KV head (one softmax warp each) */
@@ -189,11 +186,8 @@ __host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim, uint32
     return threads / (head_dim / 2);
 }
 
-/* NT threads a block: AD_THREADS in clusters (grid: KV head × splits), or AD_SHORT_THREADS, one
- * block per KV head taking every position (grid: KV heads × 1, no cluster; chunk_max covers the
- * context, so the single-block path below is the only one it takes; see launch_decode). */
-template <int KDT, int GM, int NT>
-__global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
+template <int KDT, int GM>
+__global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
     kt.start();
@@ -247,7 +241,7 @@ __global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
     /* scores: lanes j of AD_LPS per position take pieces j, j + AD_LPS, ... of its K row */
     {
         const float scale = rsqrtf((float)hd);
-        const uint32_t j = threadIdx.x % AD_LPS, per = NT / AD_LPS;
+        const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
         for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
             const uint32_t p = base + threadIdx.x / AD_LPS;
             float s[GM];
@@ -287,7 +281,7 @@ __global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
     __syncthreads();
     /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
     {
-        const uint32_t tr = hd / 2, ns = ad_slices(hd, NT), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
+        const uint32_t tr = hd / 2, ns = ad_slices(hd, AD_THREADS), sl = threadIdx.x / tr, d0 = 2 * (threadIdx.x % tr);
         if (sl < ns) {
             float acc[GM][2];
 #pragma unroll
@@ -402,6 +396,156 @@ __global__ void __launch_bounds__(NT) attn_decode_kernel(const attn_args a) {
     }
 }
 
+/* ---- decode kernel for short contexts: one block per query head, one warp per 32 positions ----
+ *
+ * Grid n_heads blocks of AH_THREADS; every position up to attn_args.short_max (at most 32 per
+ * warp). Before the dependency wait a block copies the K and V rows of its KV head before *pos
+ * into shared memory (cp.async); after it, the newest rows and its q. Lane l of warp w scores
+ * position 32w + l alone (its K row from shared memory, q read by every lane at once), the warp
+ * takes the softmax of its 32 positions with shuffles and sums their weighted V rows, each lane
+ * DPL = head_dim / 32 dims; after one barrier thread d combines dim d over the warps. So the
+ * steps after the wait are the loads, one dot product per lane, two shuffle trees, a 32-step
+ * V sum and the combine, with two barriers: no split partials, no cluster. */
+
+#define AH_WARPS 8u
+#define AH_THREADS (AH_WARPS * 32u)
+
+/* Bytes of a staged K row: an odd number of 16-byte pieces, so that eight lanes reading the
+ * same piece of eight consecutive rows touch all 32 banks. V rows are read whole by a warp and
+ * stay unpadded. */
+__host__ __device__ __forceinline__ uint32_t ah_krow(uint32_t head_dim, int kv_dtype) {
+    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
+    return (b / 16u | 1u) * 16u;
+}
+
+/* v[i] = dims lane * DPL + i of a V row. */
+template <int KDT, int DPL>
+__device__ __forceinline__ void ah_vload(const uint8_t *row, uint32_t lane, float (&v)[DPL]) {
+    if constexpr (KDT == THIN_DTYPE_BF16) {
+        const uint16_t *r = (const uint16_t *)row + lane * DPL;
+        if constexpr (DPL == 1) {
+            v[0] = __uint_as_float((uint32_t)r[0] << 16);
+        } else if constexpr (DPL == 2) {
+            const uint32_t u = *(const uint32_t *)r;
+            v[0] = __uint_as_float(u << 16), v[1] = __uint_as_float(u & 0xffff0000u);
+        } else if constexpr (DPL == 4) {
+            const uint2 u = *(const uint2 *)r;
+            v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+            v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+        } else {
+            kv_unpack<KDT>(*(const uint4 *)r, v);
+        }
+    } else {
+        const float *r = (const float *)row + lane * DPL;
+        if constexpr (DPL == 1) {
+            v[0] = r[0];
+        } else if constexpr (DPL == 2) {
+            const float2 u = *(const float2 *)r;
+            v[0] = u.x, v[1] = u.y;
+        } else {
+#pragma unroll
+            for (int i = 0; i < DPL; i += 4) {
+                const float4 u = *(const float4 *)(r + i);
+                v[i] = u.x, v[i + 1] = u.y, v[i + 2] = u.z, v[i + 3] = u.w;
+            }
+        }
+    }
+}
+
+template <int KDT, int DPL>
+__global__ void __launch_bounds__(AH_THREADS) attn_head_kernel(const attn_args a) {
+    pdl_trigger();
+    ktrace kt;
+    kt.start();
+    constexpr int EPV = kv_epv<KDT>::n;
+    constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
+    extern __shared__ __align__(16) uint8_t smb[];
+    __shared__ float mlw[2 * AH_WARPS];
+    const uint32_t h = blockIdx.x, hd = a.head_dim, kh = h / (a.n_heads / a.n_kv);
+    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
+    if (npos > a.short_max) return; /* never: the caller picks this form below short_max only */
+    const uint32_t krb = ah_krow(hd, KDT), vrb = hd * ESZ, vpr = vrb / 16;
+    uint8_t *ks = smb, *vs = smb + (size_t)a.short_max * krb;
+    float *qs = (float *)(vs + (size_t)a.short_max * vrb); /* hd */
+    float *red = qs + hd;                                  /* AH_WARPS × hd */
+    const size_t pstride = (size_t)a.n_kv * hd * ESZ;      /* cache bytes per position */
+    const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
+    const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
+    for (uint32_t i = threadIdx.x; i < pos0 * vpr; i += AH_THREADS) {
+        const uint32_t p = i / vpr, c = i - p * vpr;
+        cp_async16(ks + p * krb + c * 16, kc + (size_t)p * pstride + c * 16);
+        cp_async16(vs + p * vrb + c * 16, vc + (size_t)p * pstride + c * 16);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    pdl_wait();
+    kt.waited();
+    for (uint32_t c = threadIdx.x; c < vpr; c += AH_THREADS) {
+        *(uint4 *)(ks + pos0 * krb + c * 16) = __ldcg((const uint4 *)(kc + (size_t)pos0 * pstride) + c);
+        *(uint4 *)(vs + pos0 * vrb + c * 16) = __ldcg((const uint4 *)(vc + (size_t)pos0 * pstride) + c);
+    }
+    const float4 *q4 = (const float4 *)(a.q + (size_t)h * hd);
+    for (uint32_t i = threadIdx.x; i < hd / 4; i += AH_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
+    cp_async_wait_all();
+    __syncthreads();
+    kt.mark(0);
+    const uint32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5, nact = (npos + 31) / 32;
+    if (w < nact) {
+        const uint32_t p = 32 * w + lane, here = min(32u, npos - 32 * w);
+        float s = -INFINITY;
+        if (p < npos) {
+            float s0 = 0.0f, s1 = 0.0f;
+            const uint8_t *kr = ks + p * krb;
+#pragma unroll 4
+            for (uint32_t c = 0; c < vpr; c++) {
+                float f[EPV];
+                kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
+                const float4 *qq = (const float4 *)(qs + c * EPV);
+#pragma unroll
+                for (int e = 0; e < EPV; e += 4) {
+                    const float4 q = qq[e / 4];
+                    s0 = fmaf(q.x, f[e], s0);
+                    s1 = fmaf(q.y, f[e + 1], s1);
+                    s0 = fmaf(q.z, f[e + 2], s0);
+                    s1 = fmaf(q.w, f[e + 3], s1);
+                }
+            }
+            s = (s0 + s1) * rsqrtf((float)hd);
+        }
+        const float m = warp_max(s);
+        const float e = p < npos ? expf(s - m) : 0.0f;
+        const float l = warp_sum(e);
+        float acc[DPL];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc[i] = 0.0f;
+        const uint8_t *vr = vs + (size_t)32 * w * vrb;
+#pragma unroll 4
+        for (uint32_t j = 0; j < here; j++) {
+            const float wj = __shfl_sync(0xffffffffu, e, j);
+            float v[DPL];
+            ah_vload<KDT, DPL>(vr + j * vrb, lane, v);
+#pragma unroll
+            for (int i = 0; i < DPL; i++) acc[i] = fmaf(wj, v[i], acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < DPL; i++) red[w * hd + lane * DPL + i] = acc[i];
+        if (lane == 0) mlw[2 * w] = m, mlw[2 * w + 1] = l;
+    }
+    __syncthreads();
+    for (uint32_t d = threadIdx.x; d < hd; d += AH_THREADS) {
+        float M = -INFINITY;
+        for (uint32_t k = 0; k < nact; k++) M = fmaxf(M, mlw[2 * k]);
+        float L = 0.0f, o = 0.0f;
+        for (uint32_t k = 0; k < nact; k++) {
+            const float f = expf(mlw[2 * k] - M);
+            L += mlw[2 * k + 1] * f;
+            o += red[k * hd + d] * f;
+        }
+        a.out[(size_t)h * hd + d] = o / L;
+    }
+    kt.mark(1);
+    if (threadIdx.x == 0) kt.end(TRACE_ATTN, 2);
+}
+
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -454,10 +598,22 @@ uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min
     return c < m ? m : (c + AD_WIN - 1) / AD_WIN * AD_WIN;
 }
 
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype, int one_block) {
-    const uint32_t nt = one_block ? AD_SHORT_THREADS : AD_THREADS;
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
     return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) +
-           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim, nt) * head_dim) * sizeof(float);
+           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim, AD_THREADS) * head_dim) * sizeof(float);
+}
+
+uint32_t attn_short_max(uint32_t head_dim, int kv_dtype, size_t smem_max) {
+    const uint32_t d = head_dim / 32;
+    if (head_dim % 32 || head_dim > AD_DMAX || (d & (d - 1))) return 0; /* DPL 1, 2, 4 or 8 */
+    uint32_t n = 32 * AH_WARPS;
+    while (n && attn_head_smem(head_dim, n, kv_dtype) > smem_max) n -= 32;
+    return n;
+}
+
+size_t attn_head_smem(uint32_t head_dim, uint32_t short_max, int kv_dtype) {
+    const size_t vrb = (size_t)head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2 : 4);
+    return (size_t)short_max * (ah_krow(head_dim, kv_dtype) + vrb) + (1 + AH_WARPS) * head_dim * sizeof(float);
 }
 
 /* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
@@ -470,32 +626,38 @@ static int decode_fits(const attn_args *a) {
            a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk && a->short_max % AD_WIN == 0;
 }
 
-/* The decode kernel of NT threads a block: its shared-memory attribute (once over the default),
- * then the launch (cluster dim3(0, 0, 0): no clusters). */
-template <int KDT, int GM, int NT>
-static cudaError_t launch_decode_nt(const attn_args &a, dim3 grid, dim3 cluster, cudaStream_t st) {
-    const size_t smem =
-        attn_decode_smem(a.head_dim, a.n_heads / a.n_kv, a.chunk_max, KDT, NT != AD_THREADS);
-    auto k = attn_decode_kernel<KDT, GM, NT>;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    return launch_kc(k, grid, dim3(NT), smem, st, cluster, a);
+/* Sets a kernel's dynamic shared memory above the 48 KiB default when it needs more. */
+template <typename K>
+static cudaError_t smem_attr(K k, size_t smem) {
+    if (smem <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-/* The cluster form, or with short_max the short-context form: one block of AD_SHORT_THREADS per
- * KV head over all npos <= short_max positions (so no split partials, no cluster barrier and no
- * combine), its K/V rows before *pos staged before the dependency wait as in the cluster form. */
+template <int KDT, int DPL>
+static cudaError_t launch_head(const attn_args &a, cudaStream_t st) {
+    const size_t smem = attn_head_smem(a.head_dim, a.short_max, KDT);
+    cudaError_t e = smem_attr(attn_head_kernel<KDT, DPL>, smem);
+    if (e != cudaSuccess) return e;
+    return launch_k(attn_head_kernel<KDT, DPL>, dim3(a.n_heads), dim3(AH_THREADS), smem, st, a);
+}
+
+/* The cluster form, or with short_max (every position below it) the per-head form. */
 template <int KDT, int GM>
-static cudaError_t launch_decode(const attn_args *in, cudaStream_t st) {
-    if (!in->short_max)
-        return launch_decode_nt<KDT, GM, AD_THREADS>(*in, dim3(in->n_kv, in->n_splits),
-                                                      dim3(1, AD_CLUSTER, 1), st);
-    attn_args a = *in;
-    a.chunk_max = a.short_max;
-    a.min_chunk = AD_WIN;
-    return launch_decode_nt<KDT, GM, AD_SHORT_THREADS>(a, dim3(a.n_kv, 1), dim3(0, 0, 0), st);
+static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
+    if (a->short_max && a->short_max <= 32 * AH_WARPS) {
+        switch (a->head_dim) {
+        case 32: return launch_head<KDT, 1>(*a, st);
+        case 64: return launch_head<KDT, 2>(*a, st);
+        case 128: return launch_head<KDT, 4>(*a, st);
+        case 256: return launch_head<KDT, 8>(*a, st);
+        default: break; /* attn_short_max gives 0 for any other head_dim */
+        }
+    }
+    const size_t smem = attn_decode_smem(a->head_dim, a->n_heads / a->n_kv, a->chunk_max, KDT);
+    cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM>, smem);
+    if (e != cudaSuccess) return e;
+    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
+                     dim3(1, AD_CLUSTER, 1), *a);
 }
 
 template <int KDT>

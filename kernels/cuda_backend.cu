@@ -144,24 +144,29 @@ static int alloc_state(cuda_session *s) {
         /* 32 positions per block: more blocks fetch the K and V rows sooner, which pays for the
          * cluster combine (measured on the H200 against 64 and 256, bench/decode-variants.sh). */
         uint32_t mcw = mc && atoi(mc) > 0 ? ((uint32_t)atoi(mc) + 31) / 32 * 32 : 32;
-        while (mcw > 32 && attn_decode_smem(maxhd, maxg, mcw, p->kv_dtype, 0) > ATTN_DEC_SMEM) mcw -= 32;
+        while (mcw > 32 && attn_decode_smem(maxhd, maxg, mcw, p->kv_dtype) > ATTN_DEC_SMEM) mcw -= 32;
         s->dec_min_chunk = mcw;
         if (ds && atoi(ds) > 0) ns = ((uint32_t)atoi(ds) + 7) / 8 * 8;
         if (ns < 8) ns = 8;
         for (;;) { /* the K and V rows of a split are staged in shared memory */
             s->dec_chunk = attn_decode_chunk_max(s->max_ctx, ns, s->dec_min_chunk);
-            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype, 0) <= ATTN_DEC_SMEM || ns >= 4096) break;
+            if (attn_decode_smem(maxhd, maxg, s->dec_chunk, p->kv_dtype) <= ATTN_DEC_SMEM || ns >= 4096) break;
             ns *= 2;
         }
         s->dec_splits = ns;
         /* THIN_CUDA_ATTN_SHORT=N: decode positions below N (rounded up to 32, at most the context
-         * and what the shared memory holds) take the short-context form, one block of 1024
-         * threads per KV head over every position, with no split partials to combine. */
+         * and what the per-head kernel's shared memory holds) take the per-head kernel, one block
+         * per query head and a warp per 32 positions, with no split partials to combine. */
         const char *sh = getenv("THIN_CUDA_ATTN_SHORT");
         const uint32_t ctx32 = (s->max_ctx + 31) / 32 * 32;
         uint32_t shp = sh && atoi(sh) > 0 ? ((uint32_t)atoi(sh) + 31) / 32 * 32 : 0;
         if (shp > ctx32) shp = ctx32;
-        while (shp && attn_decode_smem(maxhd, maxg, shp, p->kv_dtype, 1) > ATTN_DEC_SMEM) shp -= 32;
+        /* every attention op's head_dim takes it (the plan may mix them) */
+        for (uint32_t i = 0; i < p->n_ops && shp; i++) {
+            if (p->ops[i].kind != PLAN_ATTENTION) continue;
+            const uint32_t m = attn_short_max(p->ops[i].head_dim, p->kv_dtype, ATTN_DEC_SMEM);
+            if (shp > m) shp = m;
+        }
         s->attn_short = shp;
         if (attn_smem_floats(maxhd, maxg, s->dec_chunk, ns) * 4 > 200 * 1024)
             return cuda_failf(s, "context %u too long for the attention kernels", s->max_ctx);
@@ -399,7 +404,7 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     double t0 = s->prof ? prof_now_us() : 0.0;
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
-    s->short_now = pos < s->attn_short; /* positions 0..pos fit the short form's rows */
+    s->short_now = pos < s->attn_short; /* positions 0..pos fit the per-head kernel */
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
     s->n_decoded++;
     if (s->trace_at && s->n_decoded == s->trace_at) {

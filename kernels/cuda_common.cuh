@@ -422,7 +422,7 @@ struct attn_args {
                             chunk_max from attn_decode_chunk_max) */
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
     uint32_t short_max;  /* one row, cluster kernel shapes: nonzero (a multiple of 32, at least
-                            *pos + 1) runs the short-context form instead, one block per KV head */
+                            *pos + 1, from attn_short_max) runs the per-head kernel instead */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
@@ -430,7 +430,12 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits
  * splits, and its shared memory in bytes. */
 uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min_chunk);
-size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype, int one_block);
+size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype);
+/* The per-head decode kernel for short contexts (one block per query head, a warp per 32
+ * positions): the most positions it takes with at most smem_max bytes of shared memory (a multiple
+ * of 32; 0 where head_dim is not 32, 64, 128 or 256), and its shared memory for short_max. */
+uint32_t attn_short_max(uint32_t head_dim, int kv_dtype, size_t smem_max);
+size_t attn_head_smem(uint32_t head_dim, uint32_t short_max, int kv_dtype);
 /* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
  * them and env THIN_CUDA_CLUSTER is not 0. */
 extern int thin_cuda_cluster;

@@ -93,7 +93,7 @@ struct cuda_session {
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
     /* env THIN_CUDA_ATTN_SHORT: decode positions below this (a multiple of 32, 0: none) take the
-     * short-context attention, one block per KV head; such tokens replay a graph of their own */
+     * per-head attention kernel (one block per query head); such tokens replay a graph of their own */
     uint32_t attn_short;
     int short_now;                    /* the decode step being run or captured is a short one */
     /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there

@@ -348,11 +348,16 @@ int main(void) {
     setenv("THIN_CUDA_MV_WARPS", "8", 1);
     run_all("q/k/v and o in 8-warp blocks: ");
     unsetenv("THIN_CUDA_MV_WARPS");
-    /* The short-context decode attention (one block per KV head) for positions below 48: the
-     * token-by-token decode of positions 0..63 crosses from its graph to the cluster kernel's,
-     * and the decode after the long prefill runs the cluster kernel. */
-    setenv("THIN_CUDA_ATTN_SHORT", "48", 1);
-    run_all("short-context attention below 48: ");
+    /* The per-head decode attention (one block per query head, a warp per 32 positions): below
+     * 32 the token-by-token decode of positions 0..63 crosses from its graph to the cluster
+     * kernel's at 32; below 256 it runs positions 0..63 on one and two warps. The decode after
+     * the long prefill (position 520) runs the cluster kernel in both. */
+    static const char *const shorts[] = {"32", "256"};
+    for (int i = 0; i < 2; i++) {
+        setenv("THIN_CUDA_ATTN_SHORT", shorts[i], 1);
+        snprintf(tag, sizeof tag, "per-head attention below %s: ", shorts[i]);
+        run_all(tag);
+    }
     unsetenv("THIN_CUDA_ATTN_SHORT");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
