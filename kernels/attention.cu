@@ -116,13 +116,10 @@ __global__ void attn_combine_kernel(const attn_args a) {
 
 static cudaError_t launch_generic(const attn_args *a, uint32_t n, cudaStream_t st) {
     size_t smem = ((size_t)a->head_dim + a->chunk_max + ATTN_THREADS) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_partial_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
+    cudaError_t e = smem_attr(attn_partial_kernel, smem, 0);
+    if (e != cudaSuccess) return e;
     dim3 g1(a->n_heads, a->n_splits, n);
-    cudaError_t e = launch_k(attn_partial_kernel, dim3(g1), dim3(ATTN_THREADS), smem, st, *a);
+    e = launch_k(attn_partial_kernel, dim3(g1), dim3(ATTN_THREADS), smem, st, *a);
     if (e != cudaSuccess) return e;
     dim3 g2(a->n_heads, n);
     return launch_k(attn_combine_kernel, dim3(g2), dim3(128), 0, st, *a);
@@ -174,6 +171,28 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+/* The decode kernels' K/V staging, nt threads a block, rows of vpr 16-byte pieces, cache rows
+ * pstride bytes apart. ad_stage_rows requests cache rows [from, from + n) into shared-memory rows
+ * 0..n-1 (K rows krb bytes apart, V rows vrb) with cp.async and commits them; ad_load_row copies
+ * one cache row (kc, vc) into kd and vd through L2 (written by the previous kernel). */
+__device__ __forceinline__ void ad_stage_rows(uint8_t *ks, uint32_t krb, uint8_t *vs, uint32_t vrb,
+                                              const uint8_t *kc, const uint8_t *vc, size_t pstride,
+                                              uint32_t from, uint32_t n, uint32_t vpr, uint32_t nt) {
+    for (uint32_t i = threadIdx.x; i < n * vpr; i += nt) {
+        const uint32_t p = i / vpr, c = i - p * vpr;
+        cp_async16(ks + p * krb + c * 16, kc + (size_t)(from + p) * pstride + c * 16);
+        cp_async16(vs + p * vrb + c * 16, vc + (size_t)(from + p) * pstride + c * 16);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void ad_load_row(uint8_t *kd, uint8_t *vd, const uint8_t *kc, const uint8_t *vc,
+                                            uint32_t vpr, uint32_t nt) {
+    for (uint32_t c = threadIdx.x; c < vpr; c += nt) {
+        *(uint4 *)(kd + c * 16) = __ldcg((const uint4 *)kc + c);
+        *(uint4 *)(vd + c * 16) = __ldcg((const uint4 *)vc + c);
+    }
+}
+
 /* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
  * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
 __host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
@@ -217,22 +236,13 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
     const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
     const uint32_t pre = min(end, pos0) > start ? min(end, pos0) - start : 0; /* rows before *pos */
-    for (uint32_t i = threadIdx.x; i < pre * vpr; i += blockDim.x) {
-        const uint32_t p = i / vpr, c = i - p * vpr;
-        cp_async16(ks + p * rb + c * 16, kc + (size_t)(start + p) * pstride + c * 16);
-        cp_async16(vs + p * rb + c * 16, vc + (size_t)(start + p) * pstride + c * 16);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    ad_stage_rows(ks, rb, vs, rb, kc, vc, pstride, start, pre, vpr, AD_THREADS);
     pdl_wait();
     kt.waited();
     /* the current position's K and V and the group's q (the previous kernel wrote them) */
-    if (pos0 >= start && pos0 < end) {
-        const uint32_t p = pos0 - start;
-        for (uint32_t c = threadIdx.x; c < vpr; c += blockDim.x) {
-            *(uint4 *)(ks + p * rb + c * 16) = __ldcg((const uint4 *)(kc + (size_t)pos0 * pstride) + c);
-            *(uint4 *)(vs + p * rb + c * 16) = __ldcg((const uint4 *)(vc + (size_t)pos0 * pstride) + c);
-        }
-    }
+    if (pos0 >= start && pos0 < end)
+        ad_load_row(ks + (pos0 - start) * rb, vs + (pos0 - start) * rb, kc + (size_t)pos0 * pstride,
+                    vc + (size_t)pos0 * pstride, vpr, AD_THREADS);
     const float4 *q4 = (const float4 *)(a.q + (size_t)kh * G * hd);
     for (uint32_t i = threadIdx.x; i < G * hd / 4; i += blockDim.x) ((float4 *)qs)[i] = __ldcg(q4 + i);
     cp_async_wait_all();
@@ -471,18 +481,11 @@ __global__ void __launch_bounds__(AH_THREADS) attn_head_kernel(const attn_args a
     const size_t pstride = (size_t)a.n_kv * hd * ESZ;      /* cache bytes per position */
     const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
     const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
-    for (uint32_t i = threadIdx.x; i < pos0 * vpr; i += AH_THREADS) {
-        const uint32_t p = i / vpr, c = i - p * vpr;
-        cp_async16(ks + p * krb + c * 16, kc + (size_t)p * pstride + c * 16);
-        cp_async16(vs + p * vrb + c * 16, vc + (size_t)p * pstride + c * 16);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    ad_stage_rows(ks, krb, vs, vrb, kc, vc, pstride, 0, pos0, vpr, AH_THREADS);
     pdl_wait();
     kt.waited();
-    for (uint32_t c = threadIdx.x; c < vpr; c += AH_THREADS) {
-        *(uint4 *)(ks + pos0 * krb + c * 16) = __ldcg((const uint4 *)(kc + (size_t)pos0 * pstride) + c);
-        *(uint4 *)(vs + pos0 * vrb + c * 16) = __ldcg((const uint4 *)(vc + (size_t)pos0 * pstride) + c);
-    }
+    ad_load_row(ks + pos0 * krb, vs + pos0 * vrb, kc + (size_t)pos0 * pstride, vc + (size_t)pos0 * pstride,
+                vpr, AH_THREADS);
     const float4 *q4 = (const float4 *)(a.q + (size_t)h * hd);
     for (uint32_t i = threadIdx.x; i < hd / 4; i += AH_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
     cp_async_wait_all();
@@ -574,11 +577,8 @@ template <int KDT, int GM>
 static cudaError_t launch_group(const attn_args *a, uint32_t n, cudaStream_t st) {
     const uint32_t g = a->n_heads / a->n_kv;
     size_t smem = ag_smem_floats(a->head_dim, g, a->chunk_max, a->n_splits, AG_WARPS) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_group_kernel<KDT, GM>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
+    cudaError_t e = smem_attr(attn_group_kernel<KDT, GM>, smem, 0);
+    if (e != cudaSuccess) return e;
     return launch_k(attn_group_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits, n), dim3(AG_THREADS), smem,
                     st, *a);
 }
@@ -626,17 +626,10 @@ static int decode_fits(const attn_args *a) {
            a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk && a->short_max % AD_WIN == 0;
 }
 
-/* Sets a kernel's dynamic shared memory above the 48 KiB default when it needs more. */
-template <typename K>
-static cudaError_t smem_attr(K k, size_t smem) {
-    if (smem <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-}
-
 template <int KDT, int DPL>
 static cudaError_t launch_head(const attn_args &a, cudaStream_t st) {
     const size_t smem = attn_head_smem(a.head_dim, a.short_max, KDT);
-    cudaError_t e = smem_attr(attn_head_kernel<KDT, DPL>, smem);
+    cudaError_t e = smem_attr(attn_head_kernel<KDT, DPL>, smem, 0);
     if (e != cudaSuccess) return e;
     return launch_k(attn_head_kernel<KDT, DPL>, dim3(a.n_heads), dim3(AH_THREADS), smem, st, a);
 }
@@ -654,7 +647,7 @@ static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
         }
     }
     const size_t smem = attn_decode_smem(a->head_dim, a->n_heads / a->n_kv, a->chunk_max, KDT);
-    cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM>, smem);
+    cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM>, smem, 0);
     if (e != cudaSuccess) return e;
     return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
                      dim3(1, AD_CLUSTER, 1), *a);

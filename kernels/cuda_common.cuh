@@ -212,6 +212,14 @@ static inline cudaError_t launch_kc(void (*k)(KArgs...), dim3 g, dim3 b, size_t 
     return launch_kcp(k, g, b, smem, st, cluster_dim, thin_cuda_pdl, args...);
 }
 
+/* Raises kernel k's dynamic shared memory limit to smem bytes when smem plus `reserved` (room for
+ * its static shared memory) is over the 48 KiB default; else leaves it. */
+template <typename K>
+static inline cudaError_t smem_attr(K k, size_t smem, size_t reserved) {
+    if (smem + reserved <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 /* launch_kc without clusters. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_k(void (*k)(KArgs...), dim3 g, dim3 b, size_t smem,

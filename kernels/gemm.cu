@@ -267,10 +267,8 @@ template <int DT, int BN>
 static cudaError_t launch_t(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                             float *resid, uint32_t ldr, uint32_t n, uint32_t ks, cudaStream_t st) {
     constexpr int smem = gm_cfg<DT, BN>::SMEM;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(gemm_kernel<DT, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-    }
+    const cudaError_t ea = smem_attr(gemm_kernel<DT, BN>, smem, 0);
+    if (ea != cudaSuccess) return ea;
     const int xvec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0; /* 16-byte activation copies */
     const dim3 grid((n + BN - 1) / BN, (w->rows + GM_BM - 1) / GM_BM, ks);
     if (ks > 1)

@@ -154,13 +154,10 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (a->dual) total = dual_half(*a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
-    if (smem > 48 * 1024 - 256) { /* with the static shared memory, over the default */
-        cudaError_t e = cudaFuncSetAttribute(matvec_kernel<DT, MINB, MODE, NW>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
+    cudaError_t e = smem_attr(matvec_kernel<DT, MINB, MODE, NW>, smem, 256); /* + its static memory */
+    if (e != cudaSuccess) return e;
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW>,
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW>,
                                                                   NW * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
