@@ -4,10 +4,11 @@
     THIN_CUDA_TRACE=20 THIN_CUDA_TRACE_FILE=t.csv thin-run ... ; python3 bench/trace-summary.py t.csv
 
 The timeline (kernels/cuda_backend.cu, trace_token) has one line per block of the traced kernels
-(matvecs, decode attention): its launch, SM, and the global-timer times at which it started, at
+(matvecs, decode attention, MLP): its launch, SM, and the global-timer times at which it started, at
 which its wait for the previous kernel returned, and at which it ended. Kernels are taken in
 order of their first block's start; per layer they are q/k/v, attention, o, gate/up, down (or,
-with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token. Per step
+with the MLP kernel, q/k/v, attention, o, mlp; with the attention + o kernel too, q/k/v,
+attention+o, mlp), and the LM head closes the token. Per step
 (averaged over layers) it prints:
 
   lead    how long before the previous kernel's last block ended this kernel's first block began
@@ -21,7 +22,8 @@ with the MLP kernel, q/k/v, attention, o, mlp), and the LM head closes the token
 and, for the decode attention, the mean time of each phase its blocks mark after their wait
 returns: K/V and q in, scores + softmax + weighted V sum, cluster barrier, combine and the
 second cluster barrier, to the end (blocks that combine over the cluster), and apart from those
-the first two and to the end for blocks that had the context to themselves; for the MLP kernel,
+the first two and to the end for blocks that had the context to themselves; for the attention + o
+kernel, K/V and q in, attention, cluster barrier and combine, o rows, residual add; for the MLP kernel,
 the mean time of each of its blocks' phases after the wait returns, and the same for the blocks
 that end first (the earlier half of each launch) and last (its last 5 %), with when they started
 and where they sit in the grid; then its blocks by how many of them shared an SM and by tenth of
@@ -33,6 +35,7 @@ from collections import OrderedDict, defaultdict
 
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
 STEPS_MLP = ["q/k/v", "attention", "o", "mlp"]  # with the MLP kernel (kernels/mlp.cu)
+STEPS_AO = ["q/k/v", "attention+o", "mlp"]  # and the attention + o kernel (kernels/attn_o.cu)
 
 
 def step_names(n, steps=STEPS):
@@ -45,7 +48,7 @@ def step_names(n, steps=STEPS):
 
 def in_order(cnt):
     """The steps seen (keys of cnt), in the order of a layer, the LM head last."""
-    return [name for name in STEPS + ["mlp", "lm_head"] if name in cnt]
+    return [name for name in STEPS[:2] + ["attention+o"] + STEPS[2:] + ["mlp", "lm_head"] if name in cnt]
 
 
 def main():
@@ -78,7 +81,9 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if g["kind"] == 5:  # t0, t1, m0..m3, t2, block, sm
+            if g["kind"] == 6:  # the attention + o kernel: t1, m0..m3, t2
+                g.setdefault("ao", []).append([int(r["t1"])] + marks + [int(r["t2"])])
+            elif g["kind"] == 5:  # t0, t1, m0..m3, t2, block, sm
                 g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
                                                [int(r["t2"]), int(r["block"]), int(r["sm"])])
             elif all(marks):
@@ -92,7 +97,8 @@ def main():
         if stream:
             return
         sys.exit("trace-summary: no records")
-    n_layers, names = step_names(len(ks), STEPS_MLP if any(g["kind"] == 5 for g in ks) else STEPS)
+    kinds = {g["kind"] for g in ks}
+    n_layers, names = step_names(len(ks), STEPS_AO if 6 in kinds else STEPS_MLP if 5 in kinds else STEPS)
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -131,6 +137,12 @@ def main():
         print(f"attention phases, mean over {len(ph)} blocks (us):",
               ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
                         for i, n in enumerate(names_ph)))
+    pa = [p for g in ks for p in g.get("ao", [])]
+    if pa:
+        names_pa = ["K/V and q in", "attention", "cluster barrier + combine", "o rows", "residual add"]
+        print(f"attention+o phases, mean over {len(pa)} blocks (us):",
+              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pa) / len(pa) / 1e3:.2f}"
+                        for i, n in enumerate(names_pa)))
     pm = [b[1:7] for g in ks for b in g.get("mlp", [])]  # t1, m0..m3, t2
     if pm:
         names_pm = ["gate/up (block's first warp)", "to h complete", "down (first thread)",

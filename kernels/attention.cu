@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
  * distributed shared memory, each block finishing a slice of the output. With more than one
  * active cluster (long contexts), each writes its combined partial to global memory and the last
  * one to finish (atomic counter) combines those.
- * Short contexts take attn_head_kernel below (attn_args.short_max). */
+ * Short contexts, where the o-projection follows, take the attention + o kernel (attn_o.cu). */
 
 #define AD_THREADS 256
 #define AD_CLUSTER 8
@@ -164,34 +164,6 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
 #define AD_LPS 4u        /* lanes per position in the scores */
 
 namespace cg = cooperative_groups;
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-/* The decode kernels' K/V staging, nt threads a block, rows of vpr 16-byte pieces, cache rows
- * pstride bytes apart. ad_stage_rows requests cache rows [from, from + n) into shared-memory rows
- * 0..n-1 (K rows krb bytes apart, V rows vrb) with cp.async and commits them; ad_load_row copies
- * one cache row (kc, vc) into kd and vd through L2 (written by the previous kernel). */
-__device__ __forceinline__ void ad_stage_rows(uint8_t *ks, uint32_t krb, uint8_t *vs, uint32_t vrb,
-                                              const uint8_t *kc, const uint8_t *vc, size_t pstride,
-                                              uint32_t from, uint32_t n, uint32_t vpr, uint32_t nt) {
-    for (uint32_t i = threadIdx.x; i < n * vpr; i += nt) {
-        const uint32_t p = i / vpr, c = i - p * vpr;
-        cp_async16(ks + p * krb + c * 16, kc + (size_t)(from + p) * pstride + c * 16);
-        cp_async16(vs + p * vrb + c * 16, vc + (size_t)(from + p) * pstride + c * 16);
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void ad_load_row(uint8_t *kd, uint8_t *vd, const uint8_t *kc, const uint8_t *vc,
-                                            uint32_t vpr, uint32_t nt) {
-    for (uint32_t c = threadIdx.x; c < vpr; c += nt) {
-        *(uint4 *)(kd + c * 16) = __ldcg((const uint4 *)kc + c);
-        *(uint4 *)(vd + c * 16) = __ldcg((const uint4 *)vc + c);
-    }
-}
 
 /* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
  * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
@@ -406,149 +378,6 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
 }
 
-/* ---- decode kernel for short contexts: one block per query head, one warp per 32 positions ----
- *
- * Grid n_heads blocks of AH_THREADS; every position up to attn_args.short_max (at most 32 per
- * warp). Before the dependency wait a block copies the K and V rows of its KV head before *pos
- * into shared memory (cp.async); after it, the newest rows and its q. Lane l of warp w scores
- * position 32w + l alone (its K row from shared memory, q read by every lane at once), the warp
- * takes the softmax of its 32 positions with shuffles and sums their weighted V rows, each lane
- * DPL = head_dim / 32 dims; after one barrier thread d combines dim d over the warps. So the
- * steps after the wait are the loads, one dot product per lane, two shuffle trees, a 32-step
- * V sum and the combine, with two barriers: no split partials, no cluster. */
-
-#define AH_WARPS 8u
-#define AH_THREADS (AH_WARPS * 32u)
-
-/* Bytes of a staged K row: an odd number of 16-byte pieces, so that eight lanes reading the
- * same piece of eight consecutive rows touch all 32 banks. V rows are read whole by a warp and
- * stay unpadded. */
-__host__ __device__ __forceinline__ uint32_t ah_krow(uint32_t head_dim, int kv_dtype) {
-    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
-    return (b / 16u | 1u) * 16u;
-}
-
-/* v[i] = dims lane * DPL + i of a V row. */
-template <int KDT, int DPL>
-__device__ __forceinline__ void ah_vload(const uint8_t *row, uint32_t lane, float (&v)[DPL]) {
-    if constexpr (KDT == THIN_DTYPE_BF16) {
-        const uint16_t *r = (const uint16_t *)row + lane * DPL;
-        if constexpr (DPL == 1) {
-            v[0] = __uint_as_float((uint32_t)r[0] << 16);
-        } else if constexpr (DPL == 2) {
-            const uint32_t u = *(const uint32_t *)r;
-            v[0] = __uint_as_float(u << 16), v[1] = __uint_as_float(u & 0xffff0000u);
-        } else if constexpr (DPL == 4) {
-            const uint2 u = *(const uint2 *)r;
-            v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
-            v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
-        } else {
-            kv_unpack<KDT>(*(const uint4 *)r, v);
-        }
-    } else {
-        const float *r = (const float *)row + lane * DPL;
-        if constexpr (DPL == 1) {
-            v[0] = r[0];
-        } else if constexpr (DPL == 2) {
-            const float2 u = *(const float2 *)r;
-            v[0] = u.x, v[1] = u.y;
-        } else {
-#pragma unroll
-            for (int i = 0; i < DPL; i += 4) {
-                const float4 u = *(const float4 *)(r + i);
-                v[i] = u.x, v[i + 1] = u.y, v[i + 2] = u.z, v[i + 3] = u.w;
-            }
-        }
-    }
-}
-
-template <int KDT, int DPL>
-__global__ void __launch_bounds__(AH_THREADS) attn_head_kernel(const attn_args a) {
-    pdl_trigger();
-    ktrace kt;
-    kt.start();
-    constexpr int EPV = kv_epv<KDT>::n;
-    constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
-    extern __shared__ __align__(16) uint8_t smb[];
-    __shared__ float mlw[2 * AH_WARPS];
-    const uint32_t h = blockIdx.x, hd = a.head_dim, kh = h / (a.n_heads / a.n_kv);
-    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
-    if (npos > a.short_max) return; /* never: the caller picks this form below short_max only */
-    const uint32_t krb = ah_krow(hd, KDT), vrb = hd * ESZ, vpr = vrb / 16;
-    uint8_t *ks = smb, *vs = smb + (size_t)a.short_max * krb;
-    float *qs = (float *)(vs + (size_t)a.short_max * vrb); /* hd */
-    float *red = qs + hd;                                  /* AH_WARPS × hd */
-    const size_t pstride = (size_t)a.n_kv * hd * ESZ;      /* cache bytes per position */
-    const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
-    const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
-    ad_stage_rows(ks, krb, vs, vrb, kc, vc, pstride, 0, pos0, vpr, AH_THREADS);
-    pdl_wait();
-    kt.waited();
-    ad_load_row(ks + pos0 * krb, vs + pos0 * vrb, kc + (size_t)pos0 * pstride, vc + (size_t)pos0 * pstride,
-                vpr, AH_THREADS);
-    const float4 *q4 = (const float4 *)(a.q + (size_t)h * hd);
-    for (uint32_t i = threadIdx.x; i < hd / 4; i += AH_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
-    cp_async_wait_all();
-    __syncthreads();
-    kt.mark(0);
-    const uint32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5, nact = (npos + 31) / 32;
-    if (w < nact) {
-        const uint32_t p = 32 * w + lane, here = min(32u, npos - 32 * w);
-        float s = -INFINITY;
-        if (p < npos) {
-            float s0 = 0.0f, s1 = 0.0f;
-            const uint8_t *kr = ks + p * krb;
-#pragma unroll 4
-            for (uint32_t c = 0; c < vpr; c++) {
-                float f[EPV];
-                kv_unpack<KDT>(*(const uint4 *)(kr + c * 16), f);
-                const float4 *qq = (const float4 *)(qs + c * EPV);
-#pragma unroll
-                for (int e = 0; e < EPV; e += 4) {
-                    const float4 q = qq[e / 4];
-                    s0 = fmaf(q.x, f[e], s0);
-                    s1 = fmaf(q.y, f[e + 1], s1);
-                    s0 = fmaf(q.z, f[e + 2], s0);
-                    s1 = fmaf(q.w, f[e + 3], s1);
-                }
-            }
-            s = (s0 + s1) * rsqrtf((float)hd);
-        }
-        const float m = warp_max(s);
-        const float e = p < npos ? expf(s - m) : 0.0f;
-        const float l = warp_sum(e);
-        float acc[DPL];
-#pragma unroll
-        for (int i = 0; i < DPL; i++) acc[i] = 0.0f;
-        const uint8_t *vr = vs + (size_t)32 * w * vrb;
-#pragma unroll 4
-        for (uint32_t j = 0; j < here; j++) {
-            const float wj = __shfl_sync(0xffffffffu, e, j);
-            float v[DPL];
-            ah_vload<KDT, DPL>(vr + j * vrb, lane, v);
-#pragma unroll
-            for (int i = 0; i < DPL; i++) acc[i] = fmaf(wj, v[i], acc[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < DPL; i++) red[w * hd + lane * DPL + i] = acc[i];
-        if (lane == 0) mlw[2 * w] = m, mlw[2 * w + 1] = l;
-    }
-    __syncthreads();
-    for (uint32_t d = threadIdx.x; d < hd; d += AH_THREADS) {
-        float M = -INFINITY;
-        for (uint32_t k = 0; k < nact; k++) M = fmaxf(M, mlw[2 * k]);
-        float L = 0.0f, o = 0.0f;
-        for (uint32_t k = 0; k < nact; k++) {
-            const float f = expf(mlw[2 * k] - M);
-            L += mlw[2 * k + 1] * f;
-            o += red[k * hd + d] * f;
-        }
-        a.out[(size_t)h * hd + d] = o / L;
-    }
-    kt.mark(1);
-    if (threadIdx.x == 0) kt.end(TRACE_ATTN, 2);
-}
-
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -603,19 +432,6 @@ size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, i
            (size_t)group * (head_dim + chunk_max + ad_slices(head_dim, AD_THREADS) * head_dim) * sizeof(float);
 }
 
-uint32_t attn_short_max(uint32_t head_dim, int kv_dtype, size_t smem_max) {
-    const uint32_t d = head_dim / 32;
-    if (head_dim % 32 || head_dim > AD_DMAX || (d & (d - 1))) return 0; /* DPL 1, 2, 4 or 8 */
-    uint32_t n = 32 * AH_WARPS;
-    while (n && attn_head_smem(head_dim, n, kv_dtype) > smem_max) n -= 32;
-    return n;
-}
-
-size_t attn_head_smem(uint32_t head_dim, uint32_t short_max, int kv_dtype) {
-    const size_t vrb = (size_t)head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2 : 4);
-    return (size_t)short_max * (ah_krow(head_dim, kv_dtype) + vrb) + (1 + AH_WARPS) * head_dim * sizeof(float);
-}
-
 /* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
  * 32 up to AD_DMAX, at most AD_GMAX query heads per KV head, float4 q loads. */
 static int decode_fits(const attn_args *a) {
@@ -623,29 +439,11 @@ static int decode_fits(const attn_args *a) {
     if (!a->n_kv || a->n_heads % a->n_kv || a->n_heads / a->n_kv > AD_GMAX) return 0;
     if (a->head_dim % 32 || a->head_dim > AD_DMAX || a->ldq % 4) return 0;
     return a->n_splits % AD_CLUSTER == 0 && a->chunk_max % AD_WIN == 0 && a->min_chunk >= AD_WIN &&
-           a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk && a->short_max % AD_WIN == 0;
+           a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk;
 }
 
-template <int KDT, int DPL>
-static cudaError_t launch_head(const attn_args &a, cudaStream_t st) {
-    const size_t smem = attn_head_smem(a.head_dim, a.short_max, KDT);
-    cudaError_t e = smem_attr(attn_head_kernel<KDT, DPL>, smem, 0);
-    if (e != cudaSuccess) return e;
-    return launch_k(attn_head_kernel<KDT, DPL>, dim3(a.n_heads), dim3(AH_THREADS), smem, st, a);
-}
-
-/* The cluster form, or with short_max (every position below it) the per-head form. */
 template <int KDT, int GM>
 static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
-    if (a->short_max && a->short_max <= 32 * AH_WARPS) {
-        switch (a->head_dim) {
-        case 32: return launch_head<KDT, 1>(*a, st);
-        case 64: return launch_head<KDT, 2>(*a, st);
-        case 128: return launch_head<KDT, 4>(*a, st);
-        case 256: return launch_head<KDT, 8>(*a, st);
-        default: break; /* attn_short_max gives 0 for any other head_dim */
-        }
-    }
     const size_t smem = attn_decode_smem(a->head_dim, a->n_heads / a->n_kv, a->chunk_max, KDT);
     cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM>, smem, 0);
     if (e != cudaSuccess) return e;

@@ -1,12 +1,44 @@
 /*
- * attn_dev.cuh — the grouped attention's device pieces (see attention.cu), shared by its kernel and
- * the persistent decode kernel (stream.cu): a block scores, normalises and sums one split of the
- * positions for every query head of one KV head, and the last split to finish combines them.
+ * attn_dev.cuh — the attention's device pieces shared between kernels: the K/V staging of the
+ * decode kernels (attention.cu, attn_o.cu), and the grouped attention (attention.cu, and the
+ * persistent decode kernel in stream.cu), where a block scores, normalises and sums one split of
+ * the positions for every query head of one KV head, and the last split to finish combines them.
  */
 #ifndef THIN_ATTN_DEV_CUH
 #define THIN_ATTN_DEV_CUH
 
 #include "cuda_common.cuh"
+
+/* ---- staging of K/V rows in shared memory (the decode kernels: attention.cu, attn_o.cu) ---- */
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* The decode kernels' K/V staging, nt threads a block, rows of vpr 16-byte pieces, cache rows
+ * pstride bytes apart. ad_stage_rows requests cache rows [from, from + n) into shared-memory rows
+ * 0..n-1 (K rows krb bytes apart, V rows vrb) with cp.async and commits them; ad_load_row copies
+ * one cache row (kc, vc) into kd and vd through L2 (written by the previous kernel). */
+__device__ __forceinline__ void ad_stage_rows(uint8_t *ks, uint32_t krb, uint8_t *vs, uint32_t vrb,
+                                              const uint8_t *kc, const uint8_t *vc, size_t pstride,
+                                              uint32_t from, uint32_t n, uint32_t vpr, uint32_t nt) {
+    for (uint32_t i = threadIdx.x; i < n * vpr; i += nt) {
+        const uint32_t p = i / vpr, c = i - p * vpr;
+        cp_async16(ks + p * krb + c * 16, kc + (size_t)(from + p) * pstride + c * 16);
+        cp_async16(vs + p * vrb + c * 16, vc + (size_t)(from + p) * pstride + c * 16);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void ad_load_row(uint8_t *kd, uint8_t *vd, const uint8_t *kc, const uint8_t *vc,
+                                            uint32_t vpr, uint32_t nt) {
+    for (uint32_t c = threadIdx.x; c < vpr; c += nt) {
+        *(uint4 *)(kd + c * 16) = __ldcg((const uint4 *)kc + c);
+        *(uint4 *)(vd + c * 16) = __ldcg((const uint4 *)vc + c);
+    }
+}
+
 
 /* ---- grouped kernel ---- */
 
@@ -276,6 +308,50 @@ __device__ void ag_unit(const attn_args &a, uint32_t kh, uint32_t split, uint32_
 __host__ __device__ inline size_t ag_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max,
                                                  uint32_t n_splits, uint32_t nwarps) {
     return (size_t)group * (chunk_max + nwarps * head_dim + 2 + n_splits);
+}
+
+/* ---- the short-context decode kernels' rows (attention.cu, attn_o.cu) ---- */
+
+/* Bytes of a staged K row: an odd number of 16-byte pieces, so that eight lanes reading the
+ * same piece of eight consecutive rows touch all 32 banks. V rows are read whole by a warp and
+ * stay unpadded. */
+__host__ __device__ __forceinline__ uint32_t ah_krow(uint32_t head_dim, int kv_dtype) {
+    const uint32_t b = head_dim * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
+    return (b / 16u | 1u) * 16u;
+}
+
+/* v[i] = dims lane * DPL + i of a V row. */
+template <int KDT, int DPL>
+__device__ __forceinline__ void ah_vload(const uint8_t *row, uint32_t lane, float (&v)[DPL]) {
+    if constexpr (KDT == THIN_DTYPE_BF16) {
+        const uint16_t *r = (const uint16_t *)row + lane * DPL;
+        if constexpr (DPL == 1) {
+            v[0] = __uint_as_float((uint32_t)r[0] << 16);
+        } else if constexpr (DPL == 2) {
+            const uint32_t u = *(const uint32_t *)r;
+            v[0] = __uint_as_float(u << 16), v[1] = __uint_as_float(u & 0xffff0000u);
+        } else if constexpr (DPL == 4) {
+            const uint2 u = *(const uint2 *)r;
+            v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+            v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+        } else {
+            kv_unpack<KDT>(*(const uint4 *)r, v);
+        }
+    } else {
+        const float *r = (const float *)row + lane * DPL;
+        if constexpr (DPL == 1) {
+            v[0] = r[0];
+        } else if constexpr (DPL == 2) {
+            const float2 u = *(const float2 *)r;
+            v[0] = u.x, v[1] = u.y;
+        } else {
+#pragma unroll
+            for (int i = 0; i < DPL; i += 4) {
+                const float4 u = *(const float4 *)(r + i);
+                v[i] = u.x, v[i + 1] = u.y, v[i + 2] = u.z, v[i + 3] = u.w;
+            }
+        }
+    }
 }
 
 #endif /* THIN_ATTN_DEV_CUH */

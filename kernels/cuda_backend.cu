@@ -17,6 +17,7 @@
 int thin_cuda_pdl = 1;
 int thin_cuda_fuse = 1;
 int thin_cuda_cluster = 1;
+int thin_cuda_attn_o = ATTN_O_DEFAULT;
 int thin_cuda_carveout = -1;
 int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thin_cuda_mv_small_mb = 0;
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
@@ -154,20 +155,6 @@ static int alloc_state(cuda_session *s) {
             ns *= 2;
         }
         s->dec_splits = ns;
-        /* THIN_CUDA_ATTN_SHORT=N: decode positions below N (rounded up to 32, at most the context
-         * and what the per-head kernel's shared memory holds) take the per-head kernel, one block
-         * per query head and a warp per 32 positions, with no split partials to combine. */
-        const char *sh = getenv("THIN_CUDA_ATTN_SHORT");
-        const uint32_t ctx32 = (s->max_ctx + 31) / 32 * 32;
-        uint32_t shp = sh && atoi(sh) > 0 ? ((uint32_t)atoi(sh) + 31) / 32 * 32 : 0;
-        if (shp > ctx32) shp = ctx32;
-        /* every attention op's head_dim takes it (the plan may mix them) */
-        for (uint32_t i = 0; i < p->n_ops && shp; i++) {
-            if (p->ops[i].kind != PLAN_ATTENTION) continue;
-            const uint32_t m = attn_short_max(p->ops[i].head_dim, p->kv_dtype, ATTN_DEC_SMEM);
-            if (shp > m) shp = m;
-        }
-        s->attn_short = shp;
         if (attn_smem_floats(maxhd, maxg, s->dec_chunk, ns) * 4 > 200 * 1024)
             return cuda_failf(s, "context %u too long for the attention kernels", s->max_ctx);
     } else if (thin_cuda_fuse) {
@@ -267,6 +254,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
     const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel reads down as stored */
     if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse) thin_cuda_mlp = 0;
+    const char *ao = getenv("THIN_CUDA_ATTN_O");
+    thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
+    if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0)
+        thin_cuda_attn_o = 0;
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {
@@ -280,7 +271,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     CK(s, cudaDeviceGetAttribute(&s->n_sm, cudaDevAttrMultiProcessorCount, 0));
     int has_cluster = 0;
     if (cudaDeviceGetAttribute(&has_cluster, cudaDevAttrClusterLaunch, 0) != cudaSuccess) has_cluster = 0;
-    if (!has_cluster) thin_cuda_cluster = 0;
+    if (!has_cluster) thin_cuda_cluster = 0, thin_cuda_attn_o = 0;
     CK(s, cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking));
     uint32_t n = p->n_ops ? p->n_ops : 1;
     s->op_w = (int *)malloc(n * sizeof(int));
@@ -355,12 +346,14 @@ static int trace_token(cuda_session *s) {
     CK(s, matvec_trace_arm(recs, n, TRACE_CAP));
     CK(s, mlp_trace_arm(recs, n, TRACE_CAP));
     CK(s, attention_trace_arm(recs, n, TRACE_CAP));
+    CK(s, attn_o_trace_arm(recs, n, TRACE_CAP));
     CK(s, stream_trace_arm(recs, n, TRACE_CAP));
     if (exec_decode_graph(s)) return -1;
     CK(s, cudaStreamSynchronize(s->st));
     CK(s, matvec_trace_arm(NULL, NULL, 0));
     CK(s, mlp_trace_arm(NULL, NULL, 0));
     CK(s, attention_trace_arm(NULL, NULL, 0));
+    CK(s, attn_o_trace_arm(NULL, NULL, 0));
     CK(s, stream_trace_arm(NULL, NULL, 0));
     unsigned int cnt = 0;
     CK(s, cudaMemcpy(&cnt, n, sizeof cnt, cudaMemcpyDeviceToHost));
@@ -404,7 +397,7 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     double t0 = s->prof ? prof_now_us() : 0.0;
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
-    s->short_now = pos < s->attn_short; /* positions 0..pos fit the per-head kernel */
+    s->short_now = pos < s->attn_short; /* positions 0..pos fit the attention + o kernel */
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
     s->n_decoded++;
     if (s->trace_at && s->n_decoded == s->trace_at) {

@@ -106,6 +106,21 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return warp_max(v);
 }
 
+/* p[0..3] += v with one float4 atomic (sm_90; p 16-byte aligned) when vec, else four. */
+__device__ __forceinline__ void atomic_add4(float *p, float4 v, bool vec = true) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (vec) {
+        atomicAdd((float4 *)p, v);
+        return;
+    }
+#endif
+    (void)vec;
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+    atomicAdd(p + 2, v.z);
+    atomicAdd(p + 3, v.w);
+}
+
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
 /* ---- programmatic dependent launch ----
@@ -241,7 +256,7 @@ struct trace_rec {
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
     unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5, TRACE_ATTN_O = 6 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
@@ -291,6 +306,7 @@ static inline cudaError_t trace_arm_here(trace_rec *recs, unsigned int *n, unsig
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t attention_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
+cudaError_t attn_o_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 cudaError_t stream_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap);
 
 /* A kernel's timeline probe: compiled in with -DTHIN_CUDA_TRACE=1 (make CUDA_TRACE=1), empty
@@ -429,8 +445,6 @@ struct attn_args {
     int cluster;         /* one row: the cluster kernel may run (n_splits a multiple of 8 and
                             chunk_max from attn_decode_chunk_max) */
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
-    uint32_t short_max;  /* one row, cluster kernel shapes: nonzero (a multiple of 32, at least
-                            *pos + 1, from attn_short_max) runs the per-head kernel instead */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* Minimum positions per split (fewer positions go to fewer splits). */
@@ -439,11 +453,6 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
  * splits, and its shared memory in bytes. */
 uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min_chunk);
 size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype);
-/* The per-head decode kernel for short contexts (one block per query head, a warp per 32
- * positions): the most positions it takes with at most smem_max bytes of shared memory (a multiple
- * of 32; 0 where head_dim is not 32, 64, 128 or 256), and its shared memory for short_max. */
-uint32_t attn_short_max(uint32_t head_dim, int kv_dtype, size_t smem_max);
-size_t attn_head_smem(uint32_t head_dim, uint32_t short_max, int kv_dtype);
 /* Clusters of the decode attention kernel (thread block clusters, sm_90): 1 when the device has
  * them and env THIN_CUDA_CLUSTER is not 0. */
 extern int thin_cuda_cluster;
@@ -452,6 +461,32 @@ size_t attn_smem_floats(uint32_t head_dim, uint32_t group, uint32_t chunk_max, u
 /* Query heads per KV head of the grouped kernel instance for a's shape (1, 2, 4 or 8), or 0 when
  * the grouped kernel cannot take it. */
 int attn_group_max(const attn_args *a);
+
+/* The decode step's attention and output projection in one kernel, for contexts up to
+ * ATTN_O_CLUSTER × a.chunk_max positions (attn_o.cu): a cluster of ATTN_O_CLUSTER blocks per query
+ * head splits the positions, combines its partial results through distributed shared memory, and
+ * each block multiplies the head's output by its share of the o-projection's rows (the head's
+ * columns, requested into shared memory before the dependency wait) and adds the products into
+ * the residual (float atomics). The attention output row is written as well. */
+#define ATTN_O_CLUSTER 8u
+struct attn_o_args {
+    attn_args a;         /* q, caches, out, head counts, position; chunk_max: positions per block */
+    dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
+    float *resid;        /* resid[r] += (o · attention)[r] */
+    uint32_t rows_per;   /* set by the launcher: o rows per block (a multiple of 4) */
+};
+cudaError_t launch_attn_o(const attn_o_args *a, cudaStream_t st);
+/* Decode positions below which the attention + o kernel runs (env THIN_CUDA_ATTN_O, default
+ * ATTN_O_DEFAULT; 0: off, as with THIN_CUDA_STREAM=1, THIN_CUDA_FUSE=0 or without clusters),
+ * rounded up to whole positions per block and capped by the context and shared memory. */
+#define ATTN_O_DEFAULT 256
+extern int thin_cuda_attn_o;
+/* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
+ * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,
+ * whole KV groups. */
+int attn_o_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *o);
+/* Its shared memory for a chunk of `chunk` positions per block (o rows as the launcher splits them). */
+size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chunk);
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

@@ -12,6 +12,8 @@
  *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
  *   the gate/up pair (as above) followed by linear(g → d); add(d → x)   for one row (decode), the
  *       MLP kernel (mlp.cu), with down stored transposed
+ *   attention(q, k, v → a); linear(a → h); add(h → x)               for one row (decode) at short
+ *       and middle contexts, the attention + o kernel (attn_o.cu)
  */
 #include <string.h>
 
@@ -209,6 +211,53 @@ static int fuse_mlp(cuda_session *s) {
     return 0;
 }
 
+/* Whether ATTN step a and the LINEAR step l after it (the o-projection of a's output with the
+ * residual add) can run as the attention + o kernel for one row: nothing reads the projection's
+ * own output later (the kernel adds straight into the residual), weights and shape it takes. */
+static int attn_o_fusable(const cuda_session *s, const step *a, const step *l) {
+    const plan *p = s->p;
+    if (a->kind != STEP_ATTN || l->kind != STEP_LINEAR || l->nseg != 1 || l->pair || l->norm_op >= 0 ||
+        l->add_op < 0 || l->attn_step >= 0 || l->mlp || l->mlp_fused)
+        return 0;
+    const plan_op *at = &p->ops[a->op], *o = &p->ops[l->lin[0]], *ad = &p->ops[l->add_op];
+    const uint32_t end = (uint32_t)(l->add_op > l->lin[0] ? l->add_op : l->lin[0]) + 1;
+    if (o->in != at->out || ad->out == at->out || ad->out == o->out || read_later(p, end, o->out))
+        return 0;
+    return attn_o_supported(at->n_heads, at->n_kv_heads, at->head_dim, p->kv_dtype, &s->w[s->op_w[l->lin[0]]]);
+}
+
+/* Marks every (attention, o + add) pair of steps for the attention + o kernel and sets the short
+ * decode form's limit: positions below ATTN_O_CLUSTER × attn_o_chunk, from thin_cuda_attn_o,
+ * within the context and what shared memory holds. */
+static int fuse_attn_o(cuda_session *s) {
+    long want = thin_cuda_attn_o;
+    if (want <= 0) return 0;
+    if ((uint64_t)want > s->max_ctx) want = (long)s->max_ctx;
+    int optin = 0;
+    CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    const size_t smem_max = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* room for static shared memory */
+    uint32_t chunk = (uint32_t)((want + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER);
+    int any = 0;
+    for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
+        step *a = &s->steps[i], *l = &s->steps[i + 1];
+        if (!attn_o_fusable(s, a, l)) continue;
+        const plan_op *at = &s->p->ops[a->op];
+        const dmat *o = &s->w[s->op_w[l->lin[0]]];
+        uint32_t c = chunk;
+        while (c && attn_o_smem(at->head_dim, s->p->kv_dtype, o, c) > smem_max) c--;
+        if (!c) continue;
+        chunk = c; /* every fused step runs with the smallest */
+        a->attn_o = 1;
+        l->o_fused = 1;
+        any = 1;
+        i++;
+    }
+    if (!any) return 0;
+    s->attn_o_chunk = chunk;
+    s->attn_short = ATTN_O_CLUSTER * chunk;
+    return 0;
+}
+
 int compile_steps(cuda_session *s) {
     const plan *p = s->p;
     s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
@@ -255,5 +304,6 @@ int compile_steps(cuda_session *s) {
     }
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
+    if (fuse_attn_o(s)) return -1;
     return 0;
 }

@@ -3,8 +3,9 @@
  *
  * One row (decode): runs of linear and attention steps go to the persistent kernel (stream.cu);
  * otherwise every linear group is one matvec launch with its fusions (the q, k, v group also
- * rotates q and k and stores k and v into the cache), and a gate/up group with the down
- * projection after it one MLP kernel. The whole step list plus the argmax is
+ * rotates q and k and stores k and v into the cache), a gate/up group with the down
+ * projection after it one MLP kernel, and at short and middle contexts the attention with the
+ * o-projection after it one attention + o kernel. The whole step list plus the argmax is
  * captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
  * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
@@ -180,7 +181,17 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;
-    t.short_max = t.cluster && s->short_now ? s->attn_short : 0;
+    if (n == 1 && s->short_now && st->attn_o) { /* with the o-projection after it (attn_o.cu) */
+        const step *ol = st + 1;
+        attn_o_args ao;
+        memset(&ao, 0, sizeof ao);
+        ao.a = t;
+        ao.a.chunk_max = s->attn_o_chunk;
+        ao.o = s->w[s->op_w[ol->lin[0]]];
+        ao.resid = row_of(s, p->ops[ol->add_op].out, 0);
+        CK(s, launch_attn_o(&ao, s->st));
+        return 0;
+    }
     CK(s, launch_attention(&t, n, s->st));
     return 0;
 }
@@ -214,6 +225,7 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     case STEP_LINEAR:
         if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
         if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);
+        if (st->o_fused && n == 1 && s->short_now) return 0; /* run with the attention before it */
         return run_linear(s, st, n, lm_last);
     case STEP_HEAD_RMSNORM:
         CK(s, launch_head_rmsnorm(s->buf[o->in], ld_of(s, o->in), w,

@@ -46,6 +46,9 @@ typedef struct step {
     int mlp;            /* LINEAR (gate/up pair): for one row, runs the MLP kernel with the next
                            step (down + residual add), whose weights are stored transposed */
     int mlp_fused;      /* LINEAR (down): run by the preceding step for one row */
+    int attn_o;         /* ATTN: for one row in the short decode form, runs the attention + o
+                           kernel (attn_o.cu) with the next step (the o-projection + residual add) */
+    int o_fused;        /* LINEAR (o): run by the preceding ATTN step in the short decode form */
 } step;
 
 typedef struct cuda_prof cuda_prof;
@@ -92,9 +95,11 @@ struct cuda_session {
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
-    /* env THIN_CUDA_ATTN_SHORT: decode positions below this (a multiple of 32, 0: none) take the
-     * per-head attention kernel (one block per query head); such tokens replay a graph of their own */
+    /* decode positions below this (0: none) take the short form, a graph of its own, in which the
+     * attention + o kernel (attn_o.cu) runs the attention steps it takes (ATTN_O_CLUSTER ×
+     * attn_o_chunk) */
     uint32_t attn_short;
+    uint32_t attn_o_chunk;            /* the attention + o kernel's positions per block, or 0: off */
     int short_now;                    /* the decode step being run or captured is a short one */
     /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there
      * is no attention op) */

@@ -56,20 +56,6 @@ __device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long l
     return v;
 }
 
-__device__ __forceinline__ void add4(float *p, float4 v, bool vec) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (vec) {
-        atomicAdd((float4 *)p, v);
-        return;
-    }
-#endif
-    (void)vec;
-    atomicAdd(p, v.x);
-    atomicAdd(p + 1, v.y);
-    atomicAdd(p + 2, v.z);
-    atomicAdd(p + 3, v.w);
-}
-
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
  * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
@@ -225,7 +211,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
             if (c + 3 < hidden) s.w *= sc[3];
         }
         if (c + 3 < hidden) {
-            add4(a.resid + c, s, vec);
+            atomic_add4(a.resid + c, s, vec);
         } else {
             atomicAdd(a.resid + c, s.x);
             if (c + 1 < hidden) atomicAdd(a.resid + c + 1, s.y);

@@ -4,8 +4,9 @@
  * rope on layer 0 only, F32 / BF16 / BF16 with FP8 gate-up-down weights, BF16 and F32 KV caches.
  * Checks one-token decode (CUDA graph), batched prefill (GEMM), prefill chunking, the split
  * attention at long contexts (several clusters of the decode kernel), the device argmax and greedy
- * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), and the
- * decode attention in 32-position splits (several blocks per cluster, several clusters).
+ * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), the
+ * decode attention in 32-position splits (several blocks per cluster, several clusters), and FP8
+ * o-projections (the attention + o kernel's FP8 rows).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -28,6 +29,8 @@ enum { B_X, B_H, B_Q, B_K, B_V, B_ATT, B_G, B_U, B_LOGITS, N_BUFS };
 static int failures;
 /* The down projection's dtype when set (the quality profile's layers: FP8 gate/up, BF16 down). */
 static thin_dtype down_dt;
+/* The o-projection's dtype when set (FP8 as the fp8-all profile makes it). */
+static thin_dtype o_dt;
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -139,7 +142,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o = add_op(m, PLAN_ATTENTION, l, -1, B_ATT);
         o->q = B_Q, o->k = B_K, o->v = B_V;
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
-        linear(m, l, B_ATT, B_H, make_w(m, H, H, dt, amp, 0), THIN_ROLE_O);
+        linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
         add_op(m, PLAN_ADD, l, B_H, B_X);
         norm(m, l, B_X, B_H, dt);
         linear(m, l, B_H, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
@@ -276,9 +279,15 @@ static void run_all(const char *tag) {
     down_dt = THIN_DTYPE_F8_E4M3;
     CASE("BF16 w+FP8 down", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     down_dt = 0;
+    o_dt = THIN_DTYPE_F8_E4M3;
+    CASE("BF16 w+FP8 o and ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    o_dt = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;
     CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    o_dt = THIN_DTYPE_F8_E4M3;
+    CASE("hd128 BF16+FP8 o and ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    o_dt = 0;
     CASE("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     /* A wide FFN: the down projection's rows take several batches of loads per lane (several
      * ring slots per row in the persistent kernel). */
@@ -348,17 +357,21 @@ int main(void) {
     setenv("THIN_CUDA_MV_WARPS", "8", 1);
     run_all("q/k/v and o in 8-warp blocks: ");
     unsetenv("THIN_CUDA_MV_WARPS");
-    /* The per-head decode attention (one block per query head, a warp per 32 positions): below
-     * 32 the token-by-token decode of positions 0..63 crosses from its graph to the cluster
-     * kernel's at 32; below 256 it runs positions 0..63 on one and two warps. The decode after
-     * the long prefill (position 520) runs the cluster kernel in both. */
-    static const char *const shorts[] = {"32", "256"};
+    /* The attention + o kernel: by default (the cases above) it takes the decode below 256, so
+     * positions 0..63 (up to 8 a block), and the decode at position 520 runs the cluster attention
+     * kernel and the o matvec. Here: off (those two at every position); below 32, where the
+     * token-by-token decode crosses from its graph to the other form's at 32; and below 1024
+     * (capped at the context of 600), where it also takes position 520 (66 positions a block,
+     * three warps). */
+    static const char *const shorts[] = {"32", "1024"};
+    setenv("THIN_CUDA_ATTN_O", "0", 1);
+    run_all("attention + o kernel off: ");
     for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_ATTN_SHORT", shorts[i], 1);
-        snprintf(tag, sizeof tag, "per-head attention below %s: ", shorts[i]);
+        setenv("THIN_CUDA_ATTN_O", shorts[i], 1);
+        snprintf(tag, sizeof tag, "attention + o kernel below %s: ", shorts[i]);
         run_all(tag);
     }
-    unsetenv("THIN_CUDA_ATTN_SHORT");
+    unsetenv("THIN_CUDA_ATTN_O");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
