@@ -51,6 +51,15 @@ def in_order(cnt):
     return [name for name in STEPS[:2] + ["attention+o"] + STEPS[2:] + ["mlp", "lm_head"] if name in cnt]
 
 
+def print_phases(what, rows, names, unit=" blocks"):
+    """The mean time of each phase over the blocks' rows (times: the wait's end, the marks, the
+    block's end), one line; nothing without rows."""
+    if rows:
+        print(f"{what}, mean over {len(rows)}{unit} (us):",
+              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in rows) / len(rows) / 1e3:.2f}"
+                        for i, n in enumerate(names)))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: trace-summary.py TRACE.csv")
@@ -131,33 +140,18 @@ def main():
               f"{a['body']/n:7.2f} {a['tail']/n:6.2f} {a['blocks']/n:7.0f} {a['sms']/n:5.0f}  {a['span']:8.1f}")
     print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
     print("tail: last block's end minus the median block's end")
-    ph = [p for g in ks for p in g.get("phases", [])]
-    if ph:
-        names_ph = ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"]
-        print(f"attention phases, mean over {len(ph)} blocks (us):",
-              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph) / len(ph) / 1e3:.2f}"
-                        for i, n in enumerate(names_ph)))
-    pa = [p for g in ks for p in g.get("ao", [])]
-    if pa:
-        names_pa = ["K/V and q in", "attention", "cluster barrier + combine", "o rows", "residual add"]
-        print(f"attention+o phases, mean over {len(pa)} blocks (us):",
-              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pa) / len(pa) / 1e3:.2f}"
-                        for i, n in enumerate(names_pa)))
+    print_phases("attention phases", [p for g in ks for p in g.get("phases", [])],
+                 ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"])
+    print_phases("attention+o phases", [p for g in ks for p in g.get("ao", [])],
+                 ["K/V and q in", "attention", "cluster barrier + combine", "o rows", "residual add"])
     pm = [b[1:7] for g in ks for b in g.get("mlp", [])]  # t1, m0..m3, t2
+    print_phases("mlp phases", pm, ["gate/up (block's first warp)", "to h complete", "down (first thread)",
+                                    "wait for every block's staging", "residual add"])
     if pm:
-        names_pm = ["gate/up (block's first warp)", "to h complete", "down (first thread)",
-                    "wait for every block's staging", "residual add"]
-        print(f"mlp phases, mean over {len(pm)} blocks (us):",
-              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in pm) / len(pm) / 1e3:.2f}"
-                        for i, n in enumerate(names_pm)))
         mlp_ends(ks)
         mlp_by_sm(ks)
-    ph1 = [p for g in ks for p in g.get("phases1", [])]
-    if ph1:
-        names_ph = ["K/V and q in", "scores + softmax + V sum", "to the end"]
-        print(f"attention phases of single blocks, mean over {len(ph1)} (us):",
-              ", ".join(f"{n} {sum(p[i + 1] - p[i] for p in ph1) / len(ph1) / 1e3:.2f}"
-                        for i, n in enumerate(names_ph)))
+    print_phases("attention phases of single blocks", [p for g in ks for p in g.get("phases1", [])],
+                 ["K/V and q in", "scores + softmax + V sum", "to the end"], unit="")
 
 
 def mlp_ends(ks):
