@@ -135,7 +135,6 @@ static int alloc_state(cuda_session *s) {
     /* Several rows: about two blocks per SM over the query heads. One row: about two blocks per SM
      * over the KV heads (the grouped kernel), each split at least ATTN_MIN_CHUNK positions. */
     split_plan(s, (2u * (uint32_t)s->n_sm + maxh - 1) / maxh, maxg, maxhd, &s->n_splits, &s->chunk_max);
-    s->attn_short = 0;
     if (thin_cuda_fuse && thin_cuda_cluster) {
         /* The cluster kernel: whole clusters of 8 splits, about two blocks per SM over the KV
          * heads for long contexts (short ones use the first cluster only). */
@@ -252,12 +251,13 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
-    const char *stm = getenv("THIN_CUDA_STREAM"); /* the persistent kernel reads down as stored */
-    if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse) thin_cuda_mlp = 0;
+    const char *stm = getenv("THIN_CUDA_STREAM");
+    const int stream = stm && strcmp(stm, "1") == 0; /* the persistent kernel reads down as stored
+                                                        and runs the o-projection itself */
+    if (stream || !thin_cuda_fuse) thin_cuda_mlp = 0;
     const char *ao = getenv("THIN_CUDA_ATTN_O");
     thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
-    if ((stm && strcmp(stm, "1") == 0) || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0)
-        thin_cuda_attn_o = 0;
+    if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {
