@@ -188,7 +188,9 @@ static int alloc_state(cuda_session *s) {
 /* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
  * launch errors early; then the caches it touched are cleared. */
 static int warm_up(cuda_session *s) {
-    for (int k = s->attn_short ? 1 : 0; k >= 0; k--) { /* each attention form, position 0 */
+    /* each attention form the decode can reach, at position 0 (the long one only past attn_short) */
+    const int last = s->attn_short && s->attn_short >= s->max_ctx ? 1 : 0;
+    for (int k = s->attn_short ? 1 : 0; k >= last; k--) {
         s->short_now = k;
         if (exec_steps(s, 1, 0)) return -1;
     }
@@ -246,7 +248,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
     const char *mvw = getenv("THIN_CUDA_MV_WARPS"); /* 8: q/k/v and o in blocks of 8 warps */
     thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
-    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: MLP blocks of 8 warps; 16: FP8 in 16 */
+    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: FP8 MLP blocks of 8 warps; 16: MLP blocks of 16 */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;

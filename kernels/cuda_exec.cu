@@ -296,9 +296,9 @@ int exec_decode_graph(cuda_session *s) {
     const int k = s->short_now ? 1 : 0;
     if (!s->graph_ready[k]) {
         if (capture(s)) return -1;
-        /* with two attention forms, the other graph too, now rather than as a stall when the
-         * decode first crosses between them */
-        if (s->attn_short && !s->graph_ready[1 - k]) {
+        /* with two attention forms that the context reaches, the other graph too, now rather
+         * than as a stall when the decode first crosses between them */
+        if (s->attn_short && s->attn_short < s->max_ctx && !s->graph_ready[1 - k]) {
             s->short_now = !k;
             const int rc = capture(s);
             s->short_now = k;
