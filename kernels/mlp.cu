@@ -2,8 +2,8 @@
  * mlp.cu — the decode step's whole MLP for one token in one kernel: RMSNorm, gate and up, the SiLU
  * gate, the down projection and the residual add, with no kernel boundary between gate/up and down.
  *
- * Each block takes a contiguous range of `units` intermediate units j (one block per SM: 24 warps
- * for FP8 gate/up, 16 for BF16; see launch_dd).
+ * Each block takes a contiguous range of `units` intermediate units j (FP8 gate/up: one block of
+ * 24 warps per SM; BF16: two of 8 warps; see launch_dd).
  *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
  *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
  *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
@@ -308,19 +308,23 @@ static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
 
 template <int DTG, int DTD>
 static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
-    /* One block per SM: FP8 gate/up in 24 warps, BF16 in 16. The hardware puts blocks where they
-     * fit first, so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left
-     * free while others get one or none; one block per SM gives every SM the same share (on the
-     * H200 with SmolLM3-3B quality FP8: 642.8 and 639.7 against 620.3 and 619.9 tokens/s in two
-     * calls; BF16 in 16 warps: 511.0 and 511.3 against 505.7 and 508.1, and 518.6 against 508.9
-     * with the q/k/v and o matvecs one block per SM too; bench/decode-variants.sh). FP8 in 16
-     * warps (full load batches at 128 registers): 615.3 against 641.2. THIN_CUDA_MLP_WARPS=8:
-     * blocks of 8 warps; =16: FP8 in 16. */
+    /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
+     * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
+     * others get one or none; one block per SM gives every SM the same share (on the H200 with
+     * SmolLM3-3B quality FP8: 642.8 and 639.7 against 620.3 and 619.9 tokens/s in two calls; with
+     * the attention + o kernel before it, 627.9 and 628.2 against 661.4 and 663.4). FP8 in 16 warps
+     * (full load batches at 128 registers): 615.3 against 641.2.
+     * BF16 gate/up: blocks of 8 warps, two per SM by registers. One block of 16 warps per SM was
+     * faster while the o-projection ran before it (511.0 and 511.3 against 505.7 and 508.1
+     * tokens/s); after the attention + o kernel, whose blocks hold 16 K registers of an SM, only a
+     * block of 8 warps fits beside one and starts, and requests its first rows, while it runs
+     * (525.7 and 526.2 against 521.5-522.2 and 520.6-520.9 in two calls; bench/decode-variants.sh).
+     * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps; =16: either in 16. */
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
         if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
         if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);
     } else {
-        if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
+        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
     }
     return launch_dw<DTG, DTD, MV_WARPS>(a, n_sm, st);
 }

@@ -344,8 +344,8 @@ int main(void) {
     setenv("THIN_CUDA_MLP", "1,1,8", 1);
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
-    /* The MLP kernel's other block sizes: blocks of 8 warps (by default one per SM: 24 warps for
-     * FP8 gate/up, 16 for BF16), and FP8 in 16. */
+    /* The MLP kernel's other block sizes (by default one block of 24 warps per SM for FP8
+     * gate/up, two of 8 warps for BF16): FP8 in blocks of 8 warps, and either in 16. */
     static const char *const warps[] = {"8", "16"};
     for (int i = 0; i < 2; i++) {
         setenv("THIN_CUDA_MLP_WARPS", warps[i], 1);
