@@ -308,7 +308,10 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     cl.sync(); /* every block's red and ml are ready */
     kt.mark(2);
-    /* this block's slice of the G * hd outputs, combined over the cluster's active blocks */
+    /* this block's slice of the G * hd outputs, combined over the cluster's active blocks
+     * (attn_o.cu merges its cluster's partials the same way; one function for both built this
+     * kernel at 64 registers instead of 80 and measured 3% slower on the H200:
+     * bench/results/decode-notes.md, the fourteenth round) */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
     const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
     const size_t stride = hd + 2;
