@@ -308,10 +308,10 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     }
     cl.sync(); /* every block's red and ml are ready */
     kt.mark(2);
-    /* this block's slice of the G * hd outputs, combined over the cluster's active blocks
-     * (attn_o.cu merges its cluster's partials the same way; one function for both built this
-     * kernel at 64 registers instead of 80 and measured 3% slower on the H200:
-     * bench/results/decode-notes.md, the fourteenth round) */
+    /* this block's slice of the G * hd outputs, combined over the cluster's active blocks (the
+     * loads stay here: a function that also loaded them for attn_o.cu built this kernel at 64
+     * registers instead of 80 and measured 3% slower on the H200; bench/results/decode-notes.md,
+     * the fourteenth round) */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
     const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
     const size_t stride = hd + 2;
@@ -330,17 +330,8 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
                 rbv[b] = cl.map_shared_rank(red, b)[i];
             }
         }
-        float M = -INFINITY;
-#pragma unroll
-        for (uint32_t b = 0; b < AD_CLUSTER; b++) M = fmaxf(M, mb[b]);
-        float L = 0.0f, o = 0.0f;
-#pragma unroll
-        for (uint32_t b = 0; b < AD_CLUSTER; b++) {
-            if (lb[b] == 0.0f) continue; /* an empty span (or no block) */
-            const float f = expf(mb[b] - M);
-            L += lb[b] * f;
-            o += rbv[b] * f;
-        }
+        const float3 r = softmax_merge<AD_CLUSTER>(mb, lb, rbv);
+        const float o = r.x, L = r.y, M = r.z;
         if (n_cl == 1) {
             a.out[(size_t)kh * G * hd + i] = o / L;
         } else {

@@ -9,6 +9,26 @@
 
 #include "cuda_common.cuh"
 
+/* ---- the decode kernels' cluster combine (attention.cu, attn_o.cu) ----
+ * The softmax pieces of NB blocks, each its max m, its sum of exp l against that max (0 for an
+ * empty span) and its weighted sum v, merged against the overall max: returns (sum, sum of exp,
+ * max). The kernels load the pieces themselves (their layouts differ). */
+template <int NB>
+__device__ __forceinline__ float3 softmax_merge(const float (&m)[NB], const float (&l)[NB], const float (&v)[NB]) {
+    float M = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < NB; b++) M = fmaxf(M, m[b]);
+    float L = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        if (l[b] == 0.0f) continue; /* an empty span (or no block) */
+        const float f = expf(m[b] - M);
+        L += l[b] * f;
+        o += v[b] * f;
+    }
+    return make_float3(o, L, M);
+}
+
 /* ---- staging of K/V rows in shared memory (the decode kernels: attention.cu, attn_o.cu) ---- */
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {

@@ -200,18 +200,8 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
                 ob[b] = pb[d];
             }
         }
-        float M = -INFINITY;
-#pragma unroll
-        for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) M = fmaxf(M, mb[b]);
-        float Ls = 0.0f, o = 0.0f;
-#pragma unroll
-        for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) {
-            if (lb[b] == 0.0f) continue;
-            const float f = expf(mb[b] - M);
-            Ls += lb[b] * f;
-            o += ob[b] * f;
-        }
-        const float v = o / Ls;
+        const float3 r = softmax_merge<ATTN_O_CLUSTER>(mb, lb, ob);
+        const float v = r.x / r.y;
         oh[x_index<WDT>(d, PS)] = v;
         if (rank == 0) a.out[(size_t)h * HD + d] = v;
     }
