@@ -188,9 +188,9 @@ static int alloc_state(cuda_session *s) {
 /* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
  * launch errors early; then the caches it touched are cleared. */
 static int warm_up(cuda_session *s) {
-    /* each attention form the decode can reach, at position 0 (the long one only past attn_short) */
-    const int last = s->attn_short && s->attn_short >= s->max_ctx ? 1 : 0;
-    for (int k = s->attn_short ? 1 : 0; k >= last; k--) {
+    /* each attention form the decode can reach, at position 0 */
+    const int first = s->attn_short ? 1 : 0, last = first && !two_decode_forms(s) ? 1 : 0;
+    for (int k = first; k >= last; k--) {
         s->short_now = k;
         if (exec_steps(s, 1, 0)) return -1;
     }

@@ -298,7 +298,7 @@ int exec_decode_graph(cuda_session *s) {
         if (capture(s)) return -1;
         /* with two attention forms that the context reaches, the other graph too, now rather
          * than as a stall when the decode first crosses between them */
-        if (s->attn_short && s->attn_short < s->max_ctx && !s->graph_ready[1 - k]) {
+        if (two_decode_forms(s) && !s->graph_ready[1 - k]) {
             s->short_now = !k;
             const int rc = capture(s);
             s->short_now = k;

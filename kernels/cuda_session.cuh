@@ -128,6 +128,12 @@ struct cuda_session {
     char err[320];
 };
 
+/* Whether the decode reaches both attention forms: the short one exists and ends before the
+ * context does. */
+static inline int two_decode_forms(const cuda_session *s) {
+    return s->attn_short && s->attn_short < s->max_ctx;
+}
+
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e);
 int cuda_failf(cuda_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* cudaMalloc recorded for cuda_session_free. */
