@@ -246,7 +246,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *dual = getenv("THIN_CUDA_MV_DUAL");
     thin_cuda_mv_dual = dual && *dual ? atoi(dual) : 1;
     if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
-    const char *mvw = getenv("THIN_CUDA_MV_WARPS"); /* 8: q/k/v and o in blocks of 8 warps */
+    const char *mvw = getenv("THIN_CUDA_MV_WARPS"); /* 8 or 12: q/k/v and o in blocks of that many warps */
     thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
     const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: FP8 MLP blocks of 8 warps; 16: MLP blocks of 16 */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;

@@ -170,8 +170,8 @@ extern int thin_cuda_mv_single;
 /* Single-row matrices of at most 16 MiB (the o-projection) take two rows a warp, both requested
  * before the wait, in the row-pair kernel at most thin_cuda_mv_dual blocks per SM (env
  * THIN_CUDA_MV_DUAL; default 1; 0: off, one row a warp in the single-row kernel). Those and the
- * q/k/v rope pairs run in blocks of 12 warps, one per SM by registers, unless thin_cuda_mv_warps
- * is 8 (env THIN_CUDA_MV_WARPS: blocks of 8 warps, as every other matvec). */
+ * q/k/v rope pairs run in blocks of mv_args.warps warps (12, one per SM by registers, or 8),
+ * unless thin_cuda_mv_warps (env THIN_CUDA_MV_WARPS) says 8 or 12 for all of them. */
 extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
 
 static inline void set_carveout(const void *k) {
@@ -363,6 +363,7 @@ struct mv_args {
     int kv_dtype;        /* rope: BF16 or F32 */
     const int32_t *pos;  /* rope: device position of the token */
     uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
+    int warps;           /* rope and dual: warps per block, 8 or 12 (0: 12) */
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 

@@ -32,6 +32,14 @@ static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     a->seg[2].cache = s->op_vc[at->op];
 }
 
+/* Warps per block of the q/k/v matvec at step st: 8 after an MLP kernel with FP8 gate/up (one
+ * block of 24 warps per SM), 12 otherwise (H200, SmolLM3-3B: see matvec.cu's launch_dt). */
+static int qkv_warps(const cuda_session *s, const step *st) {
+    for (const step *b = st - 1; b >= s->steps; b--)
+        if (b->mlp) return s->w[s->op_w[b->lin[0]]].dtype == THIN_DTYPE_F8_E4M3 ? 8 : 12;
+    return 12;
+}
+
 void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a) {
     const plan *p = s->p;
     memset(a, 0, sizeof *a);
@@ -54,7 +62,10 @@ void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv
         a->x = row_of(s, o0->in, r);
     }
     if (st->add_op >= 0) a->resid = row_of(s, p->ops[st->add_op].out, r);
-    if (fuse && st->attn_step >= 0) rope_epilogue(s, st, a);
+    if (fuse && st->attn_step >= 0) {
+        rope_epilogue(s, st, a);
+        a->warps = qkv_warps(s, st);
+    }
 }
 
 /* The matvec of a linear group for one row r; fuse: the decode's rope epilogue when planned. */

@@ -200,8 +200,13 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
      * (128 blocks for SmolLM3-3B's q/k/v, 86 for o), after an MLP kernel that also runs one block
      * per SM (H200, SmolLM3-3B: quality FP8 651.4, 649.9 and 651.9 against 640.7, 638.7 and 641.2
      * tokens/s in two calls; BF16 with the 16-warp MLP blocks 518.6 against 508.9, but with 8-warp
-     * MLP blocks 503.3 against 506.8; bench/decode-variants.sh). THIN_CUDA_MV_WARPS=8: blocks of 8. */
-    if (thin_cuda_mv_warps != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
+     * MLP blocks 503.3 against 506.8; bench/decode-variants.sh). Since the attention + o kernel
+     * (attn_o.cu) follows q/k/v, q/k/v after an MLP kernel with FP8 gate/up measures faster in
+     * blocks of 8 warps (a->warps, set by the caller: quality FP8 676.9 against 663.6, 671.5 and
+     * 671.4 against 661.0 in two calls), while BF16 stays at 12 (in blocks of 8: 514.4 against
+     * 524.3). THIN_CUDA_MV_WARPS=8 or 12: that for all. */
+    const int nw = thin_cuda_mv_warps == 8 || thin_cuda_mv_warps == 12 ? thin_cuda_mv_warps : a->warps;
+    if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
     return launch_v<DT, 1, 0>(a, n_sm, st);
 }
 
