@@ -260,6 +260,11 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *ao = getenv("THIN_CUDA_ATTN_O");
     thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
+    const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt": cuBLASLt for the prefill's linears */
+    thin_cuda_gemm_lt = gm && strcmp(gm, "lt") == 0;
+    const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
+    thin_cuda_gemm_widen = gw && *gw ? atol(gw) : 64l << 20;
+    if (thin_cuda_gemm_widen < 1) thin_cuda_gemm_widen = 1;
     const char *trc = getenv("THIN_CUDA_TRACE");
     s->trace_at = trc ? (uint32_t)strtoul(trc, NULL, 10) : 0;
     if (s->trace_at && !THIN_CUDA_TRACE) {
@@ -314,6 +319,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     prof_free(s);
     for (int k = 0; k < 2; k++)
         if (s->graph_ready[k]) cudaGraphExecDestroy(s->graph[k]);
+    gemm_lt_destroy(s->lt);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
     if (s->st) cudaStreamDestroy(s->st);

@@ -397,6 +397,23 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * sizes the grid. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
+/* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
+ * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as
+ * stored. cudaErrorNotSupported: a shape it does not take (launch_gemm then); cudaErrorUnknown: a
+ * cuBLASLt failure, named by gemm_lt_status. */
+typedef struct gemm_lt gemm_lt;
+cudaError_t gemm_lt_create(gemm_lt **g, size_t x_elems, size_t w_elems);
+void gemm_lt_destroy(gemm_lt *g);
+cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                           float *resid, uint32_t ldr, uint32_t n, cudaStream_t st);
+const char *gemm_lt_status(const gemm_lt *g);
+/* Env THIN_CUDA_GEMM=lt: the prefill's linears through cuBLASLt where it takes the shape (default:
+ * gemm.cu's kernel; on the H200 a process's first 512-token prefill measured slower through
+ * cuBLASLt, see gemm_lt.cu). */
+extern int thin_cuda_gemm_lt;
+/* Most BF16 values of an FP8 weight widened at once for cuBLASLt (env THIN_CUDA_GEMM_WIDEN; default
+ * 64 Mi: a larger one, such as an FP8 LM head, goes in blocks of rows; a transposed one goes whole). */
+extern long thin_cuda_gemm_widen;
 
 /* Elementwise families (norm.cu). */
 cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,

@@ -258,6 +258,29 @@ static int fuse_attn_o(cuda_session *s) {
     return 0;
 }
 
+/* cuBLASLt for the prefill's linears, with scratch for the widest activations (BF16) and the
+ * FP8 weights widened to BF16: a transposed one whole, others in blocks of rows of at most
+ * thin_cuda_gemm_widen values (at least 128 rows). Without it (cuBLASLt fails to start),
+ * gemm.cu's kernel runs them all. */
+static void gemm_lt_setup(cuda_session *s) {
+    const size_t cap = (size_t)thin_cuda_gemm_widen;
+    size_t k_max = 0, w_elems = 0;
+    for (uint32_t i = 0; i < s->n_w; i++) {
+        const dmat *w = &s->w[i];
+        if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) continue;
+        const size_t k = ((size_t)w->cols + 7) / 8 * 8;
+        if (k > k_max) k_max = k;
+        if (w->dtype != THIN_DTYPE_F8_E4M3) continue;
+        size_t need = (w->trans ? (size_t)w->cols : (size_t)w->rows) * w->pitch;
+        if (!w->trans && need > cap) need = cap > (size_t)128 * w->pitch ? cap : (size_t)128 * w->pitch;
+        if (need > w_elems) w_elems = need;
+    }
+    if (gemm_lt_create(&s->lt, (size_t)s->max_batch * k_max, w_elems) != cudaSuccess) {
+        s->lt = NULL;
+        cudaGetLastError(); /* clear it: the session goes on without cuBLASLt */
+    }
+}
+
 int compile_steps(cuda_session *s) {
     const plan *p = s->p;
     s->steps = (step *)calloc(p->n_ops ? p->n_ops : 1, sizeof(step));
@@ -305,5 +328,6 @@ int compile_steps(cuda_session *s) {
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     if (fuse_attn_o(s)) return -1;
+    if (thin_cuda_gemm_lt && s->max_batch > 1) gemm_lt_setup(s);
     return 0;
 }

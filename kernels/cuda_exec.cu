@@ -76,6 +76,22 @@ static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
     return 0;
 }
 
+/* A prefill linear over n rows: cuBLASLt where it takes the shape, else gemm.cu's kernel (the
+ * caller transposes a transposed weight back for it). 1: not taken by either here. */
+static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                float *resid, uint32_t ldr, uint32_t n) {
+    if (s->lt) {
+        const cudaError_t e = launch_gemm_lt(s->lt, w, x, ldx, out, ldo, resid, ldr, n, s->st);
+        if (e == cudaSuccess) return 0;
+        if (e == cudaErrorUnknown) return cuda_failf(s, "cuBLASLt: %s", gemm_lt_status(s->lt));
+        if (e != cudaErrorNotSupported) return cuda_fail(s, __FILE__, __LINE__, "launch_gemm_lt", e);
+        cudaGetLastError();
+    }
+    if (w->trans) return 1;
+    CK(s, launch_gemm(w, x, ldx, out, ldo, resid, ldr, n, s->n_sm, s->st));
+    return 0;
+}
+
 static int gemmable(const dmat *w) {
     return w->dtype == THIN_DTYPE_BF16 || w->dtype == THIN_DTYPE_F8_E4M3;
 }
@@ -106,8 +122,9 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
             resid = s->buf[p->ops[st->add_op].out];
             ldr = ld_of(s, p->ops[st->add_op].out);
         }
-        CK(s, launch_gemm(&s->w[s->op_w[st->lin[k]]], s->buf[in], ld_of(s, in), s->buf[o->out],
-                          ld_of(s, o->out), resid, ldr, n, s->n_sm, s->st));
+        if (gemm(s, &s->w[s->op_w[st->lin[k]]], s->buf[in], ld_of(s, in), s->buf[o->out], ld_of(s, o->out),
+                 resid, ldr, n))
+            return -1;
     }
     if (st->pair) {
         int g = p->ops[st->lin[0]].out, u = p->ops[st->lin[1]].out;
@@ -129,12 +146,15 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     return 0;
 }
 
-/* A down + add step whose weights are stored transposed, for several rows: transposed back into
- * the scratch, then the GEMM. */
+/* A down + add step whose weights are stored transposed, for several rows: cuBLASLt takes them
+ * as stored; for gemm.cu's kernel they are transposed back into the scratch first. */
 static int run_down_t(cuda_session *s, const step *st, uint32_t n) {
     const plan *p = s->p;
     const plan_op *o = &p->ops[st->lin[0]], *ad = &p->ops[st->add_op];
     const dmat *wt = &s->w[s->op_w[st->lin[0]]];
+    const int r = gemm(s, wt, s->buf[o->in], ld_of(s, o->in), s->buf[o->out], ld_of(s, o->out), s->buf[ad->out],
+                       ld_of(s, ad->out), n);
+    if (r <= 0) return r; /* cuBLASLt took it as stored, or failed */
     dmat w = *wt;
     w.data = s->d_mlpt;
     w.pitch = dmat_pitch(w.cols);

@@ -91,7 +91,8 @@ struct cuda_session {
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
     unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
     void *d_mlpt;           /* the largest transposed down projection, transposed back for a
-                               prefill's GEMM */
+                               prefill's GEMM (gemm.cu's kernel) */
+    gemm_lt *lt;            /* the prefill's linears through cuBLASLt, or NULL (gemm.cu's kernel) */
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */

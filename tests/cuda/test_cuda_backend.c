@@ -336,7 +336,13 @@ int main(void) {
     setenv("THIN_CUDA_MV_X4", "1", 1);
     setenv("THIN_CUDA_MV_SINGLE", "0", 1);
     setenv("THIN_CUDA_MLP", "0", 1);
-    run_all("x4, shared kernel, no MLP kernel: ");
+    /* the prefill's linears through cuBLASLt (by default gemm.cu's kernel), FP8 weights (here
+     * stored as rows: no MLP kernel) widened for it 128 rows at a time */
+    setenv("THIN_CUDA_GEMM", "lt", 1);
+    setenv("THIN_CUDA_GEMM_WIDEN", "1", 1);
+    run_all("x4, shared kernel, no MLP kernel, cuBLASLt, FP8 by 128 rows: ");
+    unsetenv("THIN_CUDA_GEMM");
+    unsetenv("THIN_CUDA_GEMM_WIDEN");
     unsetenv("THIN_CUDA_MV_X4");
     unsetenv("THIN_CUDA_MV_SINGLE");
     /* The MLP kernel at one block per SM with 8 units per block (more blocks than the SMs hold
@@ -354,10 +360,13 @@ int main(void) {
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
-     * with FP8 gate/up) */
+     * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
+     * projection taken as stored */
     setenv("THIN_CUDA_MV_WARPS", "8", 1);
-    run_all("q/k/v and o in 8-warp blocks: ");
+    setenv("THIN_CUDA_GEMM", "lt", 1);
+    run_all("q/k/v and o in 8-warp blocks, cuBLASLt: ");
     unsetenv("THIN_CUDA_MV_WARPS");
+    unsetenv("THIN_CUDA_GEMM");
     /* The attention + o kernel: by default (the cases above) it takes the decode below 256, so
      * positions 0..63 (up to 8 a block), and the decode at position 520 runs the cluster attention
      * kernel and the o matvec. Here: off (those two at every position); below 32, where the

@@ -1,0 +1,249 @@
+/*
+ * gemm_lt.cu — the prefill's batched linear through cuBLASLt: out[i][r] = sum_c W[r][c] x[i][c]
+ * (and resid[i][r] += that), i < n, on the tensor cores, BF16 × BF16 with F32 accumulation and
+ * output, the same arithmetic as gemm.cu's own kernel:
+ *  - the activations are rounded to BF16 into a scratch (n rows of K = W's columns);
+ *  - BF16 weights are used as stored: rows of `pitch` elements, or, for the MLP kernel's down
+ *    projection (dmat.trans), its transpose as stored, so no copy transposes it back;
+ *  - FP8 E4M3 weights are widened to BF16 into a scratch (exactly: every E4M3 value is a BF16
+ *    value), in blocks of rows when the matrix is larger than the scratch, and their per-row
+ *    scales are applied afterwards, with the residual add, by one elementwise pass.
+ * cuBLASLt is column-major: W as stored (rows of pitch elements) is the K × rows matrix with
+ * leading dimension pitch, taken transposed; the transposed store is the rows × K matrix, taken
+ * as is; x (BF16, n rows of K) is K × n, and out (n rows of ldo floats) is rows × n.
+ * Algorithms come from cuBLASLt's heuristic, once per shape (a small cache), with a 32 MiB
+ * workspace. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
+ * scratch) return cudaErrorNotSupported, and the caller runs gemm.cu's kernel instead.
+ * Opt-in (env THIN_CUDA_GEMM=lt): on the H200 with SmolLM3-3B, a process's first prefill of 512
+ * tokens took 4,670-6,060 tokens/s through it against 8,139-8,763 through gemm.cu's kernel (BF16,
+ * quality and fp8-all; the same greedy ids). gemm.cu's GEMMs take about 38 ms of the 58 ms BF16
+ * prefill (Nsight Compute, the same day), so the likeliest cause is a one-time cost of the first
+ * calls (cuBLASLt loads its kernels when first used and asks its heuristic once per shape) rather
+ * than the GEMMs' own speed; no measurement has separated the two, and prefills after the first
+ * in a process and longer prompts were not measured.
+ * CPU twin: op_matvec row by row (ops_cpu.c).
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+int thin_cuda_gemm_lt = 0;
+long thin_cuda_gemm_widen = 64l << 20;
+
+#define LT_WS_BYTES ((size_t)32 << 20)
+#define LT_CACHE 32
+
+struct lt_algo {
+    int m, n, k, trans, valid;
+    uint32_t align; /* the pointers' alignments, 4 bits each (log2) */
+    cublasLtMatmulAlgo_t algo;
+};
+
+/* log2 of the largest power of two up to 256 that divides p */
+static uint32_t lt_align_log2(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    uint32_t l = 0;
+    while (l < 8 && !(a & ((uintptr_t)1 << l))) l++;
+    return l;
+}
+
+struct gemm_lt {
+    cublasLtHandle_t h;
+    void *ws;                       /* workspace, LT_WS_BYTES */
+    __nv_bfloat16 *xb;              /* activations: x_elems */
+    __nv_bfloat16 *wb;              /* widened FP8 weights: w_elems (NULL without FP8 weights) */
+    size_t x_elems, w_elems;
+    lt_algo cache[LT_CACHE];
+    int next;
+    cublasStatus_t last;            /* the last cuBLASLt failure */
+};
+
+__global__ void lt_round_kernel(__nv_bfloat16 *dst, uint32_t ldd, const float *src, uint32_t lds,
+                                uint32_t cols) {
+    const float *s = src + (size_t)blockIdx.y * lds;
+    __nv_bfloat16 *d = dst + (size_t)blockIdx.y * ldd;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        d[c] = __float2bfloat16_rn(s[c]);
+}
+
+/* 16 FP8 bytes → 16 BF16 values a thread; count a multiple of 16 (rows are 16-byte padded). */
+__global__ void lt_widen_kernel(__nv_bfloat16 *dst, const uint8_t *src, size_t count) {
+    const size_t nv = count / 16;
+    for (size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (size_t)gridDim.x * blockDim.x) {
+        const uint4 w = ((const uint4 *)src)[v];
+        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+        __align__(16) __nv_bfloat16 o[16];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
+            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
+            const float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
+            o[4 * j] = __float2bfloat16_rn(fl.x);
+            o[4 * j + 1] = __float2bfloat16_rn(fl.y);
+            o[4 * j + 2] = __float2bfloat16_rn(fh.x);
+            o[4 * j + 3] = __float2bfloat16_rn(fh.y);
+        }
+        uint4 *d = (uint4 *)(dst + 16 * v);
+        d[0] = ((const uint4 *)o)[0];
+        d[1] = ((const uint4 *)o)[1];
+    }
+}
+
+/* out[i][r] *= scale[r] (FP8), then resid[i][r] += out[i][r] */
+__global__ void lt_epilogue_kernel(float *out, uint32_t ldo, float *resid, uint32_t ldr,
+                                   const float *scale, uint32_t rows) {
+    float *o = out + (size_t)blockIdx.y * ldo;
+    for (uint32_t r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+        float v = o[r];
+        if (scale) o[r] = v = v * scale[r];
+        if (resid) resid[(size_t)blockIdx.y * ldr + r] += v;
+    }
+}
+
+static cudaError_t lt_err(gemm_lt *g, cublasStatus_t st) {
+    if (st == CUBLAS_STATUS_SUCCESS) return cudaSuccess;
+    g->last = st;
+    return st == CUBLAS_STATUS_NOT_SUPPORTED ? cudaErrorNotSupported : cudaErrorUnknown;
+}
+
+const char *gemm_lt_status(const gemm_lt *g) {
+    return g ? cublasLtGetStatusString(g->last) : "no cuBLASLt handle";
+}
+
+void gemm_lt_destroy(gemm_lt *g) {
+    if (!g) return;
+    if (g->h) cublasLtDestroy(g->h);
+    cudaFree(g->ws);
+    cudaFree(g->xb);
+    cudaFree(g->wb);
+    free(g);
+}
+
+cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems) {
+    *out = NULL;
+    gemm_lt *g = (gemm_lt *)calloc(1, sizeof *g);
+    if (!g) return cudaErrorMemoryAllocation;
+    cudaError_t e = lt_err(g, cublasLtCreate(&g->h));
+    if (e == cudaSuccess) e = cudaMalloc(&g->ws, LT_WS_BYTES);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->xb, (x_elems ? x_elems : 8) * sizeof(__nv_bfloat16));
+    if (e == cudaSuccess && w_elems) e = cudaMalloc((void **)&g->wb, w_elems * sizeof(__nv_bfloat16));
+    if (e != cudaSuccess) {
+        gemm_lt_destroy(g);
+        return e;
+    }
+    g->x_elems = x_elems;
+    g->w_elems = w_elems;
+    *out = g;
+    return cudaSuccess;
+}
+
+/* D (m × n, ld ldd, F32) = op(A) (m × k) · B (k × n, ld ldb, BF16) (+ D when accumulate); A BF16
+ * as stored: trans = 0, K × m with ld lda (taken transposed); trans = 1, m × K with ld lda. */
+static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans, const void *B,
+                             uint32_t ldb, float *D, uint32_t ldd, uint32_t m, uint32_t n, uint32_t k,
+                             int accumulate, cudaStream_t st) {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    const cublasOperation_t ta = trans ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cudaError_t e = lt_err(g, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (e == cudaSuccess)
+        e = lt_err(g, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    if (e == cudaSuccess)
+        e = lt_err(g, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (e == cudaSuccess)
+        e = lt_err(g, cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans ? m : k, trans ? k : m, lda));
+    if (e == cudaSuccess) e = lt_err(g, cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, ldb));
+    if (e == cudaSuccess) e = lt_err(g, cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+    /* the heuristic assumes 256-byte aligned pointers unless told otherwise; weights are only
+     * 16-byte aligned */
+    const uint32_t al[3] = {lt_align_log2(A), lt_align_log2(B), lt_align_log2(D)};
+    const uint32_t akey = al[0] | al[1] << 4 | al[2] << 8;
+    const lt_algo *hit = NULL;
+    for (int i = 0; e == cudaSuccess && i < LT_CACHE; i++) {
+        const lt_algo &c = g->cache[i];
+        if (c.valid && c.m == (int)m && c.n == (int)n && c.k == (int)k && c.trans == trans && c.align == akey)
+            hit = &c;
+    }
+    cublasLtMatmulHeuristicResult_t res;
+    if (e == cudaSuccess && !hit) {
+        size_t ws = LT_WS_BYTES;
+        int found = 0;
+        e = lt_err(g, cublasLtMatmulPreferenceCreate(&pref));
+        if (e == cudaSuccess)
+            e = lt_err(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &ws, sizeof ws));
+        const cublasLtMatmulPreferenceAttributes_t at[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; e == cudaSuccess && i < 4; i++) {
+            const uint32_t bytes = 1u << al[i < 2 ? i : 2];
+            e = lt_err(g, cublasLtMatmulPreferenceSetAttribute(pref, at[i], &bytes, sizeof bytes));
+        }
+        if (e == cudaSuccess)
+            e = lt_err(g, cublasLtMatmulAlgoGetHeuristic(g->h, op, la, lb, ld, ld, pref, 1, &res, &found));
+        if (e == cudaSuccess && found < 1) e = cudaErrorNotSupported;
+        if (e == cudaSuccess) {
+            lt_algo &c = g->cache[g->next];
+            g->next = (g->next + 1) % LT_CACHE;
+            c.m = (int)m, c.n = (int)n, c.k = (int)k, c.trans = trans, c.valid = 1, c.align = akey;
+            c.algo = res.algo;
+            hit = &c;
+        }
+    }
+    if (e == cudaSuccess)
+        e = lt_err(g, cublasLtMatmul(g->h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo, g->ws,
+                                     LT_WS_BYTES, st));
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return e;
+}
+
+/* count FP8 bytes at src (a multiple of 16) widened into the scratch */
+static cudaError_t lt_widen(gemm_lt *g, const uint8_t *src, size_t count, cudaStream_t st) {
+    const size_t blocks = (count / 16 + 255) / 256;
+    lt_widen_kernel<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(g->wb, src, count);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
+                           float *resid, uint32_t ldr, uint32_t n, cudaStream_t st) {
+    if (!g || (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3)) return cudaErrorNotSupported;
+    if (n == 0 || w->rows == 0) return cudaSuccess;
+    const uint32_t k = (uint32_t)w->cols, ldb = (k + 7) / 8 * 8; /* 16-byte rows of x */
+    const int fp8 = w->dtype == THIN_DTYPE_F8_E4M3;
+    if ((size_t)n * ldb > g->x_elems || (w->pitch * (fp8 ? 1u : 2u)) % 16 || ldo % 4) return cudaErrorNotSupported;
+    if (fp8 && (!g->wb || (w->trans && (size_t)k * w->pitch > g->w_elems) ||
+                (!w->trans && (size_t)128 * w->pitch > g->w_elems)))
+        return cudaErrorNotSupported;
+    lt_round_kernel<<<dim3((k + 1023) / 1024, n), 256, 0, st>>>(g->xb, ldb, x, ldx, k);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    if (!fp8) {
+        e = lt_matmul(g, w->data, w->pitch, (int)w->trans, g->xb, ldb, out, ldo, w->rows, n, k, 0, st);
+    } else if (w->trans) { /* the transposed store, k rows of pitch, widened whole */
+        e = lt_widen(g, (const uint8_t *)w->data, (size_t)k * w->pitch, st);
+        if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 1, g->xb, ldb, out, ldo, w->rows, n, k, 0, st);
+    } else { /* blocks of whole rows (a multiple of 128) that fit the scratch */
+        const uint32_t blk = (uint32_t)(g->w_elems / w->pitch) / 128 * 128;
+        for (uint32_t r0 = 0; e == cudaSuccess && r0 < w->rows; r0 += blk) {
+            const uint32_t nr = w->rows - r0 < blk ? w->rows - r0 : blk;
+            e = lt_widen(g, (const uint8_t *)w->data + (size_t)r0 * w->pitch, (size_t)nr * w->pitch, st);
+            if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 0, g->xb, ldb, out + r0, ldo, nr, n, k, 0, st);
+        }
+    }
+    if (e != cudaSuccess) return e;
+    const float *scale = fp8 ? w->scale : NULL;
+    if (!scale && !resid) return cudaSuccess;
+    lt_epilogue_kernel<<<dim3((w->rows + 255) / 256 < 64 ? (w->rows + 255) / 256 : 64, n), 256, 0, st>>>(
+        out, ldo, resid, ldr, scale, w->rows);
+    return cudaGetLastError();
+}
