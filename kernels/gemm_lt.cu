@@ -11,7 +11,7 @@
  * cuBLASLt is column-major: W as stored (rows of pitch elements) is the K × rows matrix with
  * leading dimension pitch, taken transposed; the transposed store is the rows × K matrix, taken
  * as is; x (BF16, n rows of K) is K × n, and out (n rows of ldo floats) is rows × n.
- * Algorithms come from cuBLASLt's heuristic, once per shape (a small cache), with a 32 MiB
+ * Algorithms come from cuBLASLt's heuristic, once per shape and layout (a small cache), with a 32 MiB
  * workspace. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
  * scratch) return cudaErrorNotSupported, and the caller runs gemm.cu's kernel instead.
  * Opt-in (env THIN_CUDA_GEMM=lt): on the H200 with SmolLM3-3B, a process's first prefill of 512
@@ -26,8 +26,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
-#include <stdio.h>
-#include <string.h>
+#include <stdlib.h>
 
 #include "cuda_common.cuh"
 
@@ -39,6 +38,7 @@ long thin_cuda_gemm_widen = 64l << 20;
 
 struct lt_algo {
     int m, n, k, trans, valid;
+    uint32_t lda, ldb, ldd;
     uint32_t align; /* the pointers' alignments, 4 bits each (log2) */
     cublasLtMatmulAlgo_t algo;
 };
@@ -141,16 +141,16 @@ cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems) {
     return cudaSuccess;
 }
 
-/* D (m × n, ld ldd, F32) = op(A) (m × k) · B (k × n, ld ldb, BF16) (+ D when accumulate); A BF16
- * as stored: trans = 0, K × m with ld lda (taken transposed); trans = 1, m × K with ld lda. */
+/* D (m × n, ld ldd, F32) = op(A) (m × k) · B (k × n, ld ldb, BF16); A BF16 as stored: trans = 0,
+ * K × m with ld lda (taken transposed); trans = 1, m × K with ld lda. */
 static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans, const void *B,
                              uint32_t ldb, float *D, uint32_t ldd, uint32_t m, uint32_t n, uint32_t k,
-                             int accumulate, cudaStream_t st) {
+                             cudaStream_t st) {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     const cublasOperation_t ta = trans ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const float alpha = 1.0f, beta = 0.0f;
     cudaError_t e = lt_err(g, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     if (e == cudaSuccess)
         e = lt_err(g, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -167,7 +167,8 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
     const lt_algo *hit = NULL;
     for (int i = 0; e == cudaSuccess && i < LT_CACHE; i++) {
         const lt_algo &c = g->cache[i];
-        if (c.valid && c.m == (int)m && c.n == (int)n && c.k == (int)k && c.trans == trans && c.align == akey)
+        if (c.valid && c.m == (int)m && c.n == (int)n && c.k == (int)k && c.trans == trans && c.align == akey &&
+            c.lda == lda && c.ldb == ldb && c.ldd == ldd)
             hit = &c;
     }
     cublasLtMatmulHeuristicResult_t res;
@@ -192,6 +193,7 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
             lt_algo &c = g->cache[g->next];
             g->next = (g->next + 1) % LT_CACHE;
             c.m = (int)m, c.n = (int)n, c.k = (int)k, c.trans = trans, c.valid = 1, c.align = akey;
+            c.lda = lda, c.ldb = ldb, c.ldd = ldd;
             c.algo = res.algo;
             hit = &c;
         }
@@ -228,16 +230,16 @@ cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t l
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     if (!fp8) {
-        e = lt_matmul(g, w->data, w->pitch, (int)w->trans, g->xb, ldb, out, ldo, w->rows, n, k, 0, st);
+        e = lt_matmul(g, w->data, w->pitch, (int)w->trans, g->xb, ldb, out, ldo, w->rows, n, k, st);
     } else if (w->trans) { /* the transposed store, k rows of pitch, widened whole */
         e = lt_widen(g, (const uint8_t *)w->data, (size_t)k * w->pitch, st);
-        if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 1, g->xb, ldb, out, ldo, w->rows, n, k, 0, st);
+        if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 1, g->xb, ldb, out, ldo, w->rows, n, k, st);
     } else { /* blocks of whole rows (a multiple of 128) that fit the scratch */
         const uint32_t blk = (uint32_t)(g->w_elems / w->pitch) / 128 * 128;
         for (uint32_t r0 = 0; e == cudaSuccess && r0 < w->rows; r0 += blk) {
             const uint32_t nr = w->rows - r0 < blk ? w->rows - r0 : blk;
             e = lt_widen(g, (const uint8_t *)w->data + (size_t)r0 * w->pitch, (size_t)nr * w->pitch, st);
-            if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 0, g->xb, ldb, out + r0, ldo, nr, n, k, 0, st);
+            if (e == cudaSuccess) e = lt_matmul(g, g->wb, w->pitch, 0, g->xb, ldb, out + r0, ldo, nr, n, k, st);
         }
     }
     if (e != cudaSuccess) return e;
