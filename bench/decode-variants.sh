@@ -16,7 +16,7 @@
 # per cent, so speeds are best compared in a build without them.
 # Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"); VARIANTS; REPEAT (3).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-${OUT:-decode-variants-out}}
 BIN=${BIN:-build/bin}
 B=${B:-build}
@@ -27,6 +27,7 @@ REPEAT=${REPEAT:-3}
 TRACE=${TRACE:-0}
 mkdir -p "$OUTDIR" "$WORK"
 [ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. bench/variants-lib.sh
 jget() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null; }
 
 BW=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/copy_bandwidth_GBps/{print $2}')
@@ -38,44 +39,34 @@ PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1
 PROMPT16="1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
 TABLE=$OUTDIR/variants.txt
 printf '%-6s %-44s %9s %7s  %s\n' model variant "tok/s" "limit" "ids as the first variant" | tee "$TABLE"
-for m in $MODELS; do
-    [ -f "$WORK/$m.thin" ] || continue
-    first=
-    vi=0
-    echo "$VARIANTS" | tr ';' '\n' | while read -r v; do
-        [ -n "$v" ] || continue
-        vi=$((vi + 1))
-        envw=; run=$BIN/thin-run
-        for wd in $v; do
-            case $wd in -) ;; RUN=*) run=${wd#RUN=} ;; *) envw="$envw $wd" ;; esac
-        done
-        best=0
-        r=0
-        while [ $r -lt "$REPEAT" ]; do
-            tr=; [ $r = 0 ] && [ "$TRACE" -gt 0 ] && \
-                tr="THIN_CUDA_TRACE=$TRACE THIN_CUDA_TRACE_FILE=$OUTDIR/trace-$m-$vi.csv"
-            env $envw $tr "$run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
-                --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
-            d=$(jget "$OUTDIR/$m-$vi.json" decode_tok_s)
-            [ -n "$d" ] && best=$(python3 -c "import sys;print(max(float(sys.argv[1]),float(sys.argv[2])))" "$best" "$d")
-            [ $r = 0 ] && cp "$OUTDIR/$m-$vi.json" "$OUTDIR/$m-$vi-first.json"
-            r=$((r + 1))
-        done
-        wb=$(jget "$OUTDIR/$m-$vi.json" weight_bytes)
-        lim=$(python3 -c "import sys;print(f'{float(sys.argv[1])*float(sys.argv[2])/(float(sys.argv[3])*1e9):.0%}')" "$best" "${wb:-0}" "${BW:-0}" 2>/dev/null)
-        same=-
-        if [ -n "$first" ]; then
-            same=$(python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$first" "$OUTDIR/$m-$vi-first.json" 2>/dev/null)
-        else
-            first=$OUTDIR/$m-$vi-first.json
-        fi
-        printf '%-6s %-44s %9.1f %7s  %s\n' "$m" "$v" "$best" "${lim:-?}" "$same" | tee -a "$TABLE"
-        if [ -f "$OUTDIR/trace-$m-$vi.csv" ]; then
-            { echo "== $m, $v: timeline of decode token $TRACE"; python3 bench/trace-summary.py "$OUTDIR/trace-$m-$vi.csv"; } \
-                >>"$OUTDIR/traces.txt" 2>&1
-        fi
+decode_variant() {
+    best=0
+    r=0
+    while [ $r -lt "$REPEAT" ]; do
+        tr=; [ $r = 0 ] && [ "$TRACE" -gt 0 ] && \
+            tr="THIN_CUDA_TRACE=$TRACE THIN_CUDA_TRACE_FILE=$OUTDIR/trace-$m-$vi.csv"
+        env $envw $tr "$run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
+            --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
+        d=$(jget "$OUTDIR/$m-$vi.json" decode_tok_s)
+        [ -n "$d" ] && best=$(python3 -c "import sys;print(max(float(sys.argv[1]),float(sys.argv[2])))" "$best" "$d")
+        [ $r = 0 ] && cp "$OUTDIR/$m-$vi.json" "$OUTDIR/$m-$vi-first.json"
+        r=$((r + 1))
     done
-done
+    wb=$(jget "$OUTDIR/$m-$vi.json" weight_bytes)
+    lim=$(python3 -c "import sys;print(f'{float(sys.argv[1])*float(sys.argv[2])/(float(sys.argv[3])*1e9):.0%}')" "$best" "${wb:-0}" "${BW:-0}" 2>/dev/null)
+    same=-
+    if [ -n "$first" ]; then
+        same=$(same_ids "$first" "$OUTDIR/$m-$vi-first.json")
+    else
+        first=$OUTDIR/$m-$vi-first.json
+    fi
+    printf '%-6s %-44s %9.1f %7s  %s\n' "$m" "$v" "$best" "${lim:-?}" "$same" | tee -a "$TABLE"
+    if [ -f "$OUTDIR/trace-$m-$vi.csv" ]; then
+        { echo "== $m, $v: timeline of decode token $TRACE"; python3 bench/trace-summary.py "$OUTDIR/trace-$m-$vi.csv"; } \
+            >>"$OUTDIR/traces.txt" 2>&1
+    fi
+}
+for_each_variant decode_variant
 [ -f "$OUTDIR/traces.txt" ] && cat "$OUTDIR/traces.txt"
 echo "== decode tok/s (copy bandwidth ${BW:-?} GB/s)"
 cat "$TABLE"

@@ -27,6 +27,7 @@ REPEAT=${REPEAT:-2}
 LEN=${LEN:-512}
 NCU=${NCU:-0}
 mkdir -p "$OUTDIR" "$WORK"
+. bench/variants-lib.sh
 [ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1 || exit 1
@@ -42,29 +43,19 @@ seq 1 "$LEN" | tr '\n' ' ' >"$OUTDIR/ids.txt"
 
 TABLE=$OUTDIR/variants.txt
 printf '%-5s %-36s %4s %13s %9s  %s\n' model variant run "prefill tok/s" "TTFT ms" "ids as the first variant" | tee "$TABLE"
-for m in $MODELS; do
-    [ -f "$WORK/$m.thin" ] || continue
-    first=
-    vi=0
-    echo "$VARIANTS" | tr ';' '\n' | while read -r v; do
-        [ -n "$v" ] || continue
-        vi=$((vi + 1))
-        envw=; run=$BIN/thin-run
-        for wd in $v; do
-            case $wd in -) ;; RUN=*) run=${wd#RUN=} ;; *) envw="$envw $wd" ;; esac
-        done
-        r=0
-        while [ $r -lt "$REPEAT" ]; do
-            out=$OUTDIR/$m-$vi-$r.json
-            env $envw "$run" "$WORK/$m.thin" --no-verify --device cuda --ids-file "$OUTDIR/ids.txt" -n 8 -t 0 \
-                --ignore-eos --json >"$out" 2>"$OUTDIR/$m-$vi-$r.err"
-            same=-
-            if [ -n "$first" ]; then
-                same=$(python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$first" "$out" 2>/dev/null)
-            else
-                first=$out
-            fi
-            python3 - "$out" "$m" "$v" "$r" "$same" <<'PY' | tee -a "$TABLE"
+prefill_variant() {
+    r=0
+    while [ $r -lt "$REPEAT" ]; do
+        out=$OUTDIR/$m-$vi-$r.json
+        env $envw "$run" "$WORK/$m.thin" --no-verify --device cuda --ids-file "$OUTDIR/ids.txt" -n 8 -t 0 \
+            --ignore-eos --json >"$out" 2>"$OUTDIR/$m-$vi-$r.err"
+        same=-
+        if [ -n "$first" ]; then
+            same=$(same_ids "$first" "$out")
+        else
+            first=$out
+        fi
+        python3 - "$out" "$m" "$v" "$r" "$same" <<'PY' | tee -a "$TABLE"
 import json, sys
 f, m, v, r, same = sys.argv[1:]
 try:
@@ -73,13 +64,13 @@ try:
 except (OSError, ValueError, KeyError):
     print(f"{m:5} {v:36} {r:>4} {'failed':>13} {'':9}  (see {f[:-5]}.err)")
 PY
-            r=$((r + 1))
-        done
-        if [ "$NCU" = 1 ] && command -v ncu >/dev/null; then
-            env $envw timeout 300 ncu --csv --print-units base --clock-control none --cache-control none \
-                --metrics gpu__time_duration.sum "$run" "$WORK/$m.thin" --no-verify --device cuda \
-                --ids-file "$OUTDIR/ids.txt" -n 1 -t 0 -q >"$OUTDIR/ncu-$m-$vi.csv" 2>"$OUTDIR/ncu-$m-$vi.err"
-            python3 - "$OUTDIR/ncu-$m-$vi.csv" "$m, $v" <<'PY' >>"$OUTDIR/kernels.txt"
+        r=$((r + 1))
+    done
+    if [ "$NCU" = 1 ] && command -v ncu >/dev/null; then
+        env $envw timeout 300 ncu --csv --print-units base --clock-control none --cache-control none \
+            --metrics gpu__time_duration.sum "$run" "$WORK/$m.thin" --no-verify --device cuda \
+            --ids-file "$OUTDIR/ids.txt" -n 1 -t 0 -q >"$OUTDIR/ncu-$m-$vi.csv" 2>"$OUTDIR/ncu-$m-$vi.err"
+        python3 - "$OUTDIR/ncu-$m-$vi.csv" "$m, $v" <<'PY' >>"$OUTDIR/kernels.txt"
 import collections, csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:
@@ -98,9 +89,9 @@ print(f"== {sys.argv[2]}: {tot:.1f} us of kernel time in {sum(a[1] for a in agg.
 for n, a in sorted(agg.items(), key=lambda x: -x[1][0])[:14]:
     print(f"{a[0]:10.1f} us {a[1]:5d}x  {n}  grids {' '.join(sorted(a[2])[:3])}")
 PY
-        fi
-    done
-done
+    fi
+}
+for_each_variant prefill_variant
 [ -f "$OUTDIR/kernels.txt" ] && cat "$OUTDIR/kernels.txt"
 echo "== prefill of $LEN tokens, a process's first"
 cat "$TABLE"
