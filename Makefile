@@ -64,7 +64,7 @@ CUDA_TRACE ?= 0
 NVCCFLAGS += -DTHIN_CUDA_TRACE=$(CUDA_TRACE)
 ifeq ($(HAVE_CUDA),1)
 CPPFLAGS  += -DTHIN_HAVE_CUDA=1
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++
 endif
 
 # ---- sources ----

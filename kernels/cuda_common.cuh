@@ -397,12 +397,13 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * sizes the grid. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
-/* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
- * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as
- * stored. cudaErrorNotSupported: a shape it does not take (launch_gemm then); cudaErrorUnknown: a
- * cuBLASLt failure, named by gemm_lt_status. */
+/* The same through cuBLASLt (gemm_lt.cu; the library is loaded at the first gemm_lt_create), with
+ * scratch for n · K BF16 activations (x_elems) and w_elems BF16 values of widened FP8 weights;
+ * transposed weights (dmat.trans) are taken as stored. gemm_lt_create: on failure *why says what
+ * failed. launch_gemm_lt: cudaErrorNotSupported for a shape it does not take (launch_gemm then),
+ * cudaErrorUnknown for a cuBLASLt failure, named by gemm_lt_status. */
 typedef struct gemm_lt gemm_lt;
-cudaError_t gemm_lt_create(gemm_lt **g, size_t x_elems, size_t w_elems);
+cudaError_t gemm_lt_create(gemm_lt **g, size_t x_elems, size_t w_elems, const char **why);
 void gemm_lt_destroy(gemm_lt *g);
 cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                            float *resid, uint32_t ldr, uint32_t n, cudaStream_t st);

@@ -260,8 +260,8 @@ static int fuse_attn_o(cuda_session *s) {
 
 /* cuBLASLt for the prefill's linears, with scratch for the widest activations (BF16) and the
  * FP8 weights widened to BF16: a transposed one whole, others in blocks of rows of at most
- * thin_cuda_gemm_widen values (at least 128 rows). Without it (cuBLASLt fails to start),
- * gemm.cu's kernel runs them all. */
+ * thin_cuda_gemm_widen values (at least 128 rows). Without it (the library missing, or cuBLASLt
+ * failing to start: one line on stderr), gemm.cu's kernel runs them all. */
 static void gemm_lt_setup(cuda_session *s) {
     const size_t cap = (size_t)thin_cuda_gemm_widen;
     size_t k_max = 0, w_elems = 0;
@@ -275,9 +275,11 @@ static void gemm_lt_setup(cuda_session *s) {
         if (!w->trans && need > cap) need = cap > (size_t)128 * w->pitch ? cap : (size_t)128 * w->pitch;
         if (need > w_elems) w_elems = need;
     }
-    if (gemm_lt_create(&s->lt, (size_t)s->max_batch * k_max, w_elems) != cudaSuccess) {
+    const char *why = "unknown";
+    if (gemm_lt_create(&s->lt, (size_t)s->max_batch * k_max, w_elems, &why) != cudaSuccess) {
         s->lt = NULL;
         cudaGetLastError(); /* clear it: the session goes on without cuBLASLt */
+        fprintf(stderr, "thin-run: THIN_CUDA_GEMM=lt: no cuBLASLt (%s); the prefill runs the own GEMM\n", why);
     }
 }
 

@@ -26,9 +26,50 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
+
+/* cuBLASLt is loaded when a session first asks for it (dlopen of the toolkit's shared library,
+ * found through LD_LIBRARY_PATH or the run path the build sets), so that thin-run needs no more
+ * than the driver unless THIN_CUDA_GEMM=lt is set. */
+#define LT_STR2(x) #x
+#define LT_STR(x) LT_STR2(x)
+#define LT_LIBRARY "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)
+#define LT_FUNCS(X)                                                                                \
+    X(Create) X(Destroy) X(GetStatusString) X(MatmulDescCreate) X(MatmulDescDestroy)              \
+    X(MatmulDescSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy)                         \
+    X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy) X(MatmulPreferenceSetAttribute)           \
+    X(MatmulAlgoGetHeuristic) X(Matmul)
+struct lt_api {
+#define LT_FIELD(f) decltype(&cublasLt##f) f;
+    LT_FUNCS(LT_FIELD)
+#undef LT_FIELD
+};
+
+/* The loaded functions, or NULL (then *why says what failed); loaded once per process. */
+static const lt_api *lt_api_get(const char **why) {
+    static const char *fail = NULL;
+    static const lt_api *api = []() -> const lt_api * {
+        static lt_api a;
+        void *h = dlopen(LT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            fail = dlerror();
+            return nullptr;
+        }
+#define LT_LOAD(f)                                                                                 \
+    if (!(a.f = (decltype(a.f))dlsym(h, "cublasLt" #f))) {                                         \
+        fail = "a cuBLASLt function is missing from " LT_LIBRARY;                                  \
+        return nullptr;                                                                            \
+    }
+        LT_FUNCS(LT_LOAD)
+#undef LT_LOAD
+        return &a;
+    }();
+    if (!api && why) *why = fail ? fail : "cannot load " LT_LIBRARY;
+    return api;
+}
 
 int thin_cuda_gemm_lt = 0;
 long thin_cuda_gemm_widen = 64l << 20;
@@ -52,6 +93,7 @@ static uint32_t lt_align_log2(const void *p) {
 }
 
 struct gemm_lt {
+    const lt_api *api;
     cublasLtHandle_t h;
     void *ws;                       /* workspace, LT_WS_BYTES */
     __nv_bfloat16 *xb;              /* activations: x_elems */
@@ -111,27 +153,40 @@ static cudaError_t lt_err(gemm_lt *g, cublasStatus_t st) {
 }
 
 const char *gemm_lt_status(const gemm_lt *g) {
-    return g ? cublasLtGetStatusString(g->last) : "no cuBLASLt handle";
+    return g && g->api ? g->api->GetStatusString(g->last) : "no cuBLASLt handle";
 }
 
 void gemm_lt_destroy(gemm_lt *g) {
     if (!g) return;
-    if (g->h) cublasLtDestroy(g->h);
+    if (g->h) g->api->Destroy(g->h);
     cudaFree(g->ws);
     cudaFree(g->xb);
     cudaFree(g->wb);
     free(g);
 }
 
-cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems) {
+cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems, const char **why) {
     *out = NULL;
+    const lt_api *api = lt_api_get(why);
+    if (!api) return cudaErrorNotSupported;
     gemm_lt *g = (gemm_lt *)calloc(1, sizeof *g);
-    if (!g) return cudaErrorMemoryAllocation;
-    cudaError_t e = lt_err(g, cublasLtCreate(&g->h));
-    if (e == cudaSuccess) e = cudaMalloc(&g->ws, LT_WS_BYTES);
+    if (!g) {
+        *why = "out of memory";
+        return cudaErrorMemoryAllocation;
+    }
+    g->api = api;
+    cudaError_t e = lt_err(g, api->Create(&g->h));
+    if (e != cudaSuccess) {
+        *why = api->GetStatusString(g->last);
+        g->h = NULL;
+        gemm_lt_destroy(g);
+        return e;
+    }
+    e = cudaMalloc(&g->ws, LT_WS_BYTES);
     if (e == cudaSuccess) e = cudaMalloc((void **)&g->xb, (x_elems ? x_elems : 8) * sizeof(__nv_bfloat16));
     if (e == cudaSuccess && w_elems) e = cudaMalloc((void **)&g->wb, w_elems * sizeof(__nv_bfloat16));
     if (e != cudaSuccess) {
+        *why = cudaGetErrorString(e);
         gemm_lt_destroy(g);
         return e;
     }
@@ -151,15 +206,15 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
     cublasLtMatmulPreference_t pref = NULL;
     const cublasOperation_t ta = trans ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
     const float alpha = 1.0f, beta = 0.0f;
-    cudaError_t e = lt_err(g, cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cudaError_t e = lt_err(g, g->api->MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     if (e == cudaSuccess)
-        e = lt_err(g, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        e = lt_err(g, g->api->MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     if (e == cudaSuccess)
-        e = lt_err(g, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        e = lt_err(g, g->api->MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (e == cudaSuccess)
-        e = lt_err(g, cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans ? m : k, trans ? k : m, lda));
-    if (e == cudaSuccess) e = lt_err(g, cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, ldb));
-    if (e == cudaSuccess) e = lt_err(g, cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+        e = lt_err(g, g->api->MatrixLayoutCreate(&la, CUDA_R_16BF, trans ? m : k, trans ? k : m, lda));
+    if (e == cudaSuccess) e = lt_err(g, g->api->MatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, ldb));
+    if (e == cudaSuccess) e = lt_err(g, g->api->MatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
     /* the heuristic assumes 256-byte aligned pointers unless told otherwise; weights are only
      * 16-byte aligned */
     const uint32_t al[3] = {lt_align_log2(A), lt_align_log2(B), lt_align_log2(D)};
@@ -175,19 +230,19 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
     if (e == cudaSuccess && !hit) {
         size_t ws = LT_WS_BYTES;
         int found = 0;
-        e = lt_err(g, cublasLtMatmulPreferenceCreate(&pref));
+        e = lt_err(g, g->api->MatmulPreferenceCreate(&pref));
         if (e == cudaSuccess)
-            e = lt_err(g, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            e = lt_err(g, g->api->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                               &ws, sizeof ws));
         const cublasLtMatmulPreferenceAttributes_t at[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; e == cudaSuccess && i < 4; i++) {
             const uint32_t bytes = 1u << al[i < 2 ? i : 2];
-            e = lt_err(g, cublasLtMatmulPreferenceSetAttribute(pref, at[i], &bytes, sizeof bytes));
+            e = lt_err(g, g->api->MatmulPreferenceSetAttribute(pref, at[i], &bytes, sizeof bytes));
         }
         if (e == cudaSuccess)
-            e = lt_err(g, cublasLtMatmulAlgoGetHeuristic(g->h, op, la, lb, ld, ld, pref, 1, &res, &found));
+            e = lt_err(g, g->api->MatmulAlgoGetHeuristic(g->h, op, la, lb, ld, ld, pref, 1, &res, &found));
         if (e == cudaSuccess && found < 1) e = cudaErrorNotSupported;
         if (e == cudaSuccess) {
             lt_algo &c = g->cache[g->next];
@@ -199,13 +254,13 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
         }
     }
     if (e == cudaSuccess)
-        e = lt_err(g, cublasLtMatmul(g->h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo, g->ws,
+        e = lt_err(g, g->api->Matmul(g->h, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo, g->ws,
                                      LT_WS_BYTES, st));
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) g->api->MatmulPreferenceDestroy(pref);
+    if (ld) g->api->MatrixLayoutDestroy(ld);
+    if (lb) g->api->MatrixLayoutDestroy(lb);
+    if (la) g->api->MatrixLayoutDestroy(la);
+    if (op) g->api->MatmulDescDestroy(op);
     return e;
 }
 
