@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
@@ -51,11 +52,14 @@ struct lt_api {
 /* The loaded functions, or NULL (then *why says what failed); loaded once per process. */
 static const lt_api *lt_api_get(const char **why) {
     static const char *fail = NULL;
+    static char msg[256]; /* dlerror's text, which the next dl call may overwrite */
     static const lt_api *api = []() -> const lt_api * {
         static lt_api a;
         void *h = dlopen(LT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
-            fail = dlerror();
+            const char *d = dlerror();
+            snprintf(msg, sizeof msg, "%s", d ? d : "cannot load " LT_LIBRARY);
+            fail = msg;
             return nullptr;
         }
 #define LT_LOAD(f)                                                                                 \
