@@ -218,7 +218,13 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
 fuzz: $(FUZZ_BINS)
 	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run-fuzz.sh $(FUZZ_BINS)
 
-bench: all
+# Benchmark programs (not tests, not installed), with the CUDA backend only.
+BENCH_BINS := $(if $(CUDA_A),$(B)/bench/thin-bench-prefill)
+$(B)/bench/%: $(B)/obj/bench/%.o $(ALL_DEPS)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(ALL_LINK) $(ALL_LIBS)
+bench: all $(BENCH_BINS)
 	@echo "benchmarks live in bench/: see README.md"
 
 # ---- install ----

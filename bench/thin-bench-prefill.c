@@ -1,0 +1,101 @@
+/*
+ * thin-bench-prefill — a prompt's prefill timed several times in one CUDA session, so that the
+ * first run (which pays one-time costs: the decode graph's capture, and with THIN_CUDA_GEMM=lt
+ * cuBLASLt's first calls) can be told from the runs after it.
+ *
+ *   thin-bench-prefill MODEL.thin [LEN [REPEAT]]      (make bench builds it with the CUDA backend)
+ *
+ * The prompt is the ids 1..LEN (default 512); each of REPEAT runs (default 4) does what thin-run's
+ * prefill does, the first LEN - 1 ids as one batch from position 0 and the last as one decode
+ * step with its argmax, and prints one JSON line: the run, seconds, prompt tokens per second and
+ * the argmax id (the same in every run). The KV cache is rewritten from position 0 each time.
+ * Environment variables of the backend (THIN_CUDA_*) apply. The file is not verified.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../tools/thin-run/backend.h"
+#include "../tools/thin-run/plan.h"
+#include "cuda_backend.h"
+#include "thin.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || argc > 4) {
+        fprintf(stderr, "usage: thin-bench-prefill MODEL.thin [LEN [REPEAT]]\n");
+        return 2;
+    }
+    const long len = argc > 2 ? strtol(argv[2], NULL, 10) : 512;
+    const long repeat = argc > 3 ? strtol(argv[3], NULL, 10) : 4;
+    if (len < 2 || len > 65536 || repeat < 1 || repeat > 1000) {
+        fprintf(stderr, "thin-bench-prefill: LEN must be 2..65536 and REPEAT 1..1000\n");
+        return 2;
+    }
+    if (!cuda_backend_available()) {
+        fprintf(stderr, "thin-bench-prefill: no CUDA device\n");
+        return 1;
+    }
+    thin_file *f = thin_file_new();
+    if (!f) {
+        fprintf(stderr, "thin-bench-prefill: out of memory\n");
+        return 1;
+    }
+    if (thin_file_open(f, argv[1], 0) != THIN_OK) {
+        fprintf(stderr, "thin-bench-prefill: %s\n", thin_file_error(f));
+        thin_file_free(f);
+        return 1;
+    }
+    int rc = 1;
+    char err[512];
+    plan p;
+    cuda_session *s = NULL;
+    int32_t *ids = malloc((size_t)len * sizeof *ids);
+    if (!ids) {
+        fprintf(stderr, "thin-bench-prefill: out of memory\n");
+        thin_file_free(f);
+        return 1;
+    }
+    for (long i = 0; i < len; i++) ids[i] = (int32_t)(i + 1);
+    if (plan_build(&p, f, THIN_DTYPE_INVALID, err, sizeof err) != THIN_OK) {
+        fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], err);
+        free(ids);
+        thin_file_free(f);
+        return 1;
+    }
+    if ((uint64_t)len > p.hp.max_pos) {
+        fprintf(stderr, "thin-bench-prefill: %s: LEN %ld is past the model's %u positions\n", argv[1], len,
+                (unsigned)p.hp.max_pos);
+        goto out;
+    }
+    if (cuda_session_create(&s, &p, (uint32_t)len, err, sizeof err)) {
+        fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], err);
+        goto out;
+    }
+    for (long r = 0; r < repeat; r++) {
+        int32_t next = -1;
+        const double t0 = now_s();
+        if (cuda_session_forward(s, ids, (uint32_t)len - 1, 0, NULL, NULL) ||
+            cuda_session_forward(s, ids + len - 1, 1, (uint32_t)len - 1, NULL, &next)) {
+            fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
+            goto out;
+        }
+        const double dt = now_s() - t0;
+        printf("{\"run\": %ld, \"prefill_s\": %.6f, \"prefill_tok_s\": %.1f, \"next\": %d}\n", r, dt,
+               (double)len / dt, (int)next);
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    cuda_session_free(s);
+    plan_free(&p);
+    free(ids);
+    thin_file_free(f);
+    return rc;
+}
