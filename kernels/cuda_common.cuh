@@ -106,6 +106,20 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return warp_max(v);
 }
 
+/* Two floats rounded to BF16 (nearest even), lo in the low half. */
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&b;
+}
+
+/* The two E4M3 bytes in the low half of v widened to BF16 (exact), the lower byte low (the
+ * prefill GEMMs: gemm.cu, gemm_lt.cu). */
+__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t v) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    float2 f = __half22float2(*(__half2 *)&h);
+    return bf16x2(f.x, f.y);
+}
+
 /* p[0..3] += v with one float4 atomic (sm_90; p 16-byte aligned) when vec, else four. */
 __device__ __forceinline__ void atomic_add4(float *p, float4 v, bool vec = true) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

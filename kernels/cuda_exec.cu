@@ -85,7 +85,6 @@ static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, fl
         if (e == cudaSuccess) return 0;
         if (e == cudaErrorUnknown) return cuda_failf(s, "cuBLASLt: %s", gemm_lt_status(s->lt));
         if (e != cudaErrorNotSupported) return cuda_fail(s, __FILE__, __LINE__, "launch_gemm_lt", e);
-        cudaGetLastError();
     }
     if (w->trans) return 1;
     CK(s, launch_gemm(w, x, ldx, out, ldo, resid, ldr, n, s->n_sm, s->st));

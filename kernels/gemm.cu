@@ -80,19 +80,6 @@ __device__ __forceinline__ void gm_mma(float *d, uint32_t a0, uint32_t a1, uint3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Two floats rounded to BF16 (nearest even), lo in the low half. */
-__device__ __forceinline__ uint32_t gm_bf16x2(float lo, float hi) {
-    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&b;
-}
-
-/* The two E4M3 bytes in the low half of v widened to BF16 (exact), the lower byte low. */
-__device__ __forceinline__ uint32_t gm_fp8x2_bf16x2(uint32_t v) {
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
-    float2 f = __half22float2(*(__half2 *)&h);
-    return gm_bf16x2(f.x, f.y);
-}
-
 /* ---- the kernel ---- */
 
 template <int DT, int BN>
@@ -146,15 +133,15 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
         uint2 *xd = (uint2 *)(xh + buf * BN * GM_BK);
         for (uint32_t i = tid; i < BN * GM_BK / 4; i += GM_THREADS) {
             const float4 v = xs[i];
-            xd[i] = make_uint2(gm_bf16x2(v.x, v.y), gm_bf16x2(v.z, v.w));
+            xd[i] = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
         }
         if constexpr (DT == THIN_DTYPE_F8_E4M3) {
             const uint2 *ws = (const uint2 *)(pipe + slot * C::STAGE);
             uint4 *wd = (uint4 *)(wh + buf * GM_BM * GM_BK);
             for (uint32_t i = tid; i < GM_BM * GM_BK / 8; i += GM_THREADS) {
                 const uint2 v = ws[i];
-                wd[i] = make_uint4(gm_fp8x2_bf16x2(v.x), gm_fp8x2_bf16x2(v.x >> 16), gm_fp8x2_bf16x2(v.y),
-                                   gm_fp8x2_bf16x2(v.y >> 16));
+                wd[i] = make_uint4(fp8x2_bf16x2(v.x), fp8x2_bf16x2(v.x >> 16), fp8x2_bf16x2(v.y),
+                                   fp8x2_bf16x2(v.y >> 16));
             }
         }
     };

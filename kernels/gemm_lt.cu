@@ -121,21 +121,9 @@ __global__ void lt_widen_kernel(__nv_bfloat16 *dst, const uint8_t *src, size_t c
     const size_t nv = count / 16;
     for (size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (size_t)gridDim.x * blockDim.x) {
         const uint4 w = ((const uint4 *)src)[v];
-        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-        __align__(16) __nv_bfloat16 o[16];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
-            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
-            const float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
-            o[4 * j] = __float2bfloat16_rn(fl.x);
-            o[4 * j + 1] = __float2bfloat16_rn(fl.y);
-            o[4 * j + 2] = __float2bfloat16_rn(fh.x);
-            o[4 * j + 3] = __float2bfloat16_rn(fh.y);
-        }
         uint4 *d = (uint4 *)(dst + 16 * v);
-        d[0] = ((const uint4 *)o)[0];
-        d[1] = ((const uint4 *)o)[1];
+        d[0] = make_uint4(fp8x2_bf16x2(w.x), fp8x2_bf16x2(w.x >> 16), fp8x2_bf16x2(w.y), fp8x2_bf16x2(w.y >> 16));
+        d[1] = make_uint4(fp8x2_bf16x2(w.z), fp8x2_bf16x2(w.z >> 16), fp8x2_bf16x2(w.w), fp8x2_bf16x2(w.w >> 16));
     }
 }
 
