@@ -36,6 +36,7 @@ from collections import OrderedDict, defaultdict
 STEPS = ["q/k/v", "attention", "o", "gate/up", "down"]
 STEPS_MLP = ["q/k/v", "attention", "o", "mlp"]  # with the MLP kernel (kernels/mlp.cu)
 STEPS_AO = ["q/k/v", "attention+o", "mlp"]  # and the attention + o kernel (kernels/attn_o.cu)
+STEPS_QAO = ["attn block", "mlp"]  # the attention block kernel (kernels/attn_o.cu's qao_kernel)
 
 
 def step_names(n, steps=STEPS):
@@ -48,7 +49,8 @@ def step_names(n, steps=STEPS):
 
 def in_order(cnt):
     """The steps seen (keys of cnt), in the order of a layer, the LM head last."""
-    return [name for name in STEPS[:2] + ["attention+o"] + STEPS[2:] + ["mlp", "lm_head"] if name in cnt]
+    return [name for name in ["attn block"] + STEPS[:2] + ["attention+o"] + STEPS[2:] + ["mlp", "lm_head"]
+            if name in cnt]
 
 
 def print_phases(what, rows, names, unit=" blocks"):
@@ -90,8 +92,8 @@ def main():
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
                          "not a thin-run timeline (grid,kind,units,sm,block,t0,t1,t2,m0..m3)")
-            if g["kind"] == 6:  # the attention + o kernel: t1, m0..m3, t2
-                g.setdefault("ao", []).append([int(r["t1"])] + marks + [int(r["t2"])])
+            if g["kind"] in (6, 7):  # the attention + o kernel, the attention block kernel: t1, m0..m3, t2
+                g.setdefault("ao" if g["kind"] == 6 else "qao", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif g["kind"] == 5:  # t0, t1, m0..m3, t2, block, sm
                 g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
                                                [int(r["t2"]), int(r["block"]), int(r["sm"])])
@@ -107,7 +109,8 @@ def main():
             return
         sys.exit("trace-summary: no records")
     kinds = {g["kind"] for g in ks}
-    n_layers, names = step_names(len(ks), STEPS_AO if 6 in kinds else STEPS_MLP if 5 in kinds else STEPS)
+    n_layers, names = step_names(len(ks), STEPS_QAO if 7 in kinds else STEPS_AO if 6 in kinds
+                                 else STEPS_MLP if 5 in kinds else STEPS)
     agg = defaultdict(lambda: defaultdict(float))
     cnt = defaultdict(int)
     prev_end = None
@@ -144,6 +147,9 @@ def main():
                  ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"])
     print_phases("attention+o phases", [p for g in ks for p in g.get("ao", [])],
                  ["K/V and q in", "attention", "cluster barrier + combine", "o rows", "residual add"])
+    print_phases("attention block phases", [p for g in ks for p in g.get("qao", [])],
+                 ["x, q, k, v, newest K/V in", "attention", "cluster barrier + combine", "o rows",
+                  "residual add"])
     pm = [b[1:7] for g in ks for b in g.get("mlp", [])]  # t1, m0..m3, t2
     print_phases("mlp phases", pm, ["gate/up (block's first warp)", "to h complete", "down (first thread)",
                                     "wait for every block's staging", "residual add"])

@@ -45,86 +45,55 @@ static __host__ __device__ inline uint32_t ao_rows_per(uint32_t rows) {
     return ((rows + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER + 3) / 4 * 4;
 }
 
-/* Byte offsets of the dynamic shared memory: o rows, K rows, V rows (chunk of each), q, the warps'
- * sums, the head's output (in the matvec's float4 planes), the block's partial (head_dim sums,
- * max, sum of exp), the o products. The o rows lie 16 bytes longer than their head_dim columns,
- * so that the 16-byte reads of consecutive rows by the lanes of a warp fall in distinct banks. */
+/* Byte offsets of the dynamic shared memory: the weight area (o rows; in the attention block
+ * kernel first its q rows, at least w_min bytes), x (x_bytes; that kernel only), K rows, V rows
+ * (chunk of each), q, the warps' sums, the head's output (in the matvec's float4 planes), the
+ * block's partial (head_dim sums, max, sum of exp), the o products, n_bar mbarriers. The o rows
+ * lie 16 bytes longer than their head_dim columns, so that the 16-byte reads of consecutive rows by
+ * the lanes of a warp fall in distinct banks. */
 struct ao_layout {
-    uint32_t w, k, v, q, red, oh, part, ys, total;
+    uint32_t w, xs, k, v, q, red, oh, part, ys, bar, total;
 };
 static __host__ __device__ inline ao_layout ao_layout_of(uint32_t hd, int kv_dtype, int o_dtype, uint32_t rows_per,
-                                                         uint32_t chunk) {
+                                                         uint32_t chunk, uint32_t w_min = 0, uint32_t x_bytes = 0,
+                                                         uint32_t n_bar = 0) {
     ao_layout l;
-    const uint32_t wrb = hd * (o_dtype == THIN_DTYPE_F8_E4M3 ? 1u : 2u) + 16; /* padded: see below */
+    const uint32_t wrb = hd * (o_dtype == THIN_DTYPE_F8_E4M3 ? 1u : 2u) + 16; /* padded: see above */
+    const uint32_t wb = rows_per * wrb > w_min ? rows_per * wrb : w_min;
     l.w = 0;
-    l.k = rows_per * wrb;
+    l.xs = (wb + 15) / 16 * 16;
+    l.k = l.xs + x_bytes;
     l.v = l.k + chunk * ah_krow(hd, kv_dtype);
     l.q = l.v + chunk * hd * (kv_dtype == THIN_DTYPE_BF16 ? 2u : 4u);
     l.red = l.q + hd * 4;
     l.oh = l.red + AO_WARPS * hd * 4;
     l.part = l.oh + hd * 4;
     l.ys = l.part + (hd + 4) * 4;
-    l.total = l.ys + rows_per * 4;
+    l.bar = (l.ys + rows_per * 4 + 7) / 8 * 8;
+    l.total = l.bar + n_bar * 8;
     return l;
 }
 
-/* At most 64 registers a thread (four blocks' worth per SM), so that a block fits beside a q/k/v
- * matvec block (12 warps of up to 128 registers) and starts, and requests its rows, while that
- * step still runs. */
+/* The attention + o tail of both kernels: the block's K/V rows of its span in shared memory, q in
+ * qs, the o rows requested (cp.async, the newest commit group). Scores, softmax and V sum of the
+ * span, the cluster's combine, the o rows times the head's output, added into the residual (once
+ * *count reaches target, when count is set: every block of the grid has read the residual). */
 template <int KDT, int WDT, int DPL>
-__global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args p) {
-    pdl_trigger();
-    ktrace kt;
-    kt.start();
+__device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L, uint8_t *smb, float *mlw,
+                                        uint32_t npos, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
+                                        float4 sc4, const unsigned long long *count, unsigned long long target,
+                                        ktrace &kt, unsigned int kind) {
     constexpr uint32_t HD = 32 * DPL, EPV = kv_epv<KDT>::n, ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
     constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2, WRB = HD * WSZ, VPR = WRB / 16, WRP = WRB + 16;
     constexpr uint32_t PS = HD / vec_of<WDT>::epv * 4; /* plane stride of the head's output */
-    extern __shared__ __align__(16) uint8_t smb[];
-    __shared__ float mlw[2 * AO_WARPS];
     const attn_args &a = p.a;
     cg::cluster_group cl = cg::this_cluster();
-    const uint32_t rank = blockIdx.x, h = blockIdx.y, kh = h / (a.n_heads / a.n_kv);
+    const uint32_t rank = blockIdx.x, h = blockIdx.y;
     const uint32_t tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
-    const uint32_t chunk = (npos + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
-    if (chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
-    const uint32_t start = min(npos, rank * chunk), end = min(npos, start + chunk), len = end - start;
-    const uint32_t r0 = min(p.o.rows, rank * p.rows_per), nr = min(p.o.rows - r0, p.rows_per);
-    const ao_layout L = ao_layout_of(HD, KDT, WDT, p.rows_per, a.chunk_max);
+    const uint32_t krb = ah_krow(HD, KDT), vrb = HD * ESZ, vpr = vrb / 16;
     uint8_t *ws = smb + L.w, *ks = smb + L.k, *vs = smb + L.v;
     float *qs = (float *)(smb + L.q), *red = (float *)(smb + L.red), *oh = (float *)(smb + L.oh);
     float *part = (float *)(smb + L.part), *ys = (float *)(smb + L.ys);
-    /* K/V rows before *pos (one commit group), then the o rows (another) */
-    const uint32_t krb = ah_krow(HD, KDT), vrb = HD * ESZ, vpr = vrb / 16;
-    const size_t pstride = (size_t)a.n_kv * HD * ESZ; /* cache bytes per position */
-    const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * HD * ESZ;
-    const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * HD * ESZ;
-    const uint32_t pre = min(end, pos0) > start ? min(end, pos0) - start : 0;
-    ad_stage_rows(ks, krb, vs, vrb, kc, vc, pstride, start, pre, vpr, AO_THREADS);
-    {
-        const size_t pb = (size_t)p.o.pitch * WSZ;
-        const uint8_t *src = (const uint8_t *)p.o.data + (size_t)r0 * pb + (size_t)h * WRB;
-        for (uint32_t i = tid; i < nr * VPR; i += AO_THREADS) {
-            const uint32_t r = i / VPR, c = i - r * VPR;
-            cp_async16(ws + r * WRP + c * 16, src + r * pb + c * 16);
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-    /* this thread's four rows of the residual add (nr <= 4 * AO_THREADS): their FP8 scales */
-    float4 sc4 = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    if (WDT == THIN_DTYPE_F8_E4M3 && 4 * tid < nr) {
-        const float *sp = p.o.scale + r0 + 4 * tid;
-        sc4 = make_float4(__ldg(sp), __ldg(sp + 1), __ldg(sp + 2), __ldg(sp + 3));
-    }
-    pdl_wait();
-    kt.waited();
-    if (pos0 >= start && pos0 < end)
-        ad_load_row(ks + (pos0 - start) * krb, vs + (pos0 - start) * vrb, kc + (size_t)pos0 * pstride,
-                    vc + (size_t)pos0 * pstride, vpr, AO_THREADS);
-    const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
-    for (uint32_t i = tid; i < HD / 4; i += AO_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
-    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
-    __syncthreads();
     kt.mark(0);
     /* the block's positions: warp w scores 32w .. 32w + 31 of its span, one lane each */
     const uint32_t nact = (len + 31) / 32;
@@ -221,6 +190,8 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
         }
         ys[rr] = s0 + s1;
     }
+    if (count && tid == 0) /* every block has read the residual: this one's sums may now go in */
+        while (ld_acquire64(count) < target) __nanosleep(32);
     __syncthreads();
     kt.mark(3);
     if (4 * tid < nr) { /* nr is a multiple of 4 */
@@ -228,8 +199,275 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
         y.x *= sc4.x, y.y *= sc4.y, y.z *= sc4.z, y.w *= sc4.w;
         atomic_add4(p.resid + r0 + 4 * tid, y);
     }
-    if (tid == 0) kt.end(TRACE_ATTN_O, 4);
+    if (tid == 0) kt.end(kind, 4);
     cluster_wait(); /* no block leaves while another still reads its partial */
+}
+
+/* Where a block of either kernel works: positions [start, end) of npos (chunk a block), o rows
+ * [r0, r0 + nr), and its K/V rows before *pos requested (one cp.async commit group). */
+struct ao_span {
+    uint32_t pos0, npos, chunk, start, end, len, r0, nr;
+};
+__device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t rank) {
+    ao_span s;
+    s.pos0 = (uint32_t)*p.a.pos;
+    s.npos = s.pos0 + 1;
+    s.chunk = (s.npos + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
+    s.start = min(s.npos, rank * s.chunk);
+    s.end = min(s.npos, s.start + s.chunk);
+    s.len = s.end - s.start;
+    s.r0 = min(p.o.rows, rank * p.rows_per);
+    s.nr = min(p.o.rows - s.r0, p.rows_per);
+    return s;
+}
+
+/* KV head kh's cache rows: K and V of position 0, and the bytes from one position to the next. */
+template <int KDT, int HD>
+struct ao_cache {
+    static constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4, VPR = HD * ESZ / 16;
+    const uint8_t *kc, *vc;
+    size_t pstride;
+    __device__ __forceinline__ ao_cache(const attn_args &a, uint32_t kh) {
+        pstride = (size_t)a.n_kv * HD * ESZ;
+        kc = (const uint8_t *)a.kcache + (size_t)kh * HD * ESZ;
+        vc = (const uint8_t *)a.vcache + (size_t)kh * HD * ESZ;
+    }
+    /* the span's rows before *pos into ks / vs (cp.async, one commit group) */
+    __device__ __forceinline__ void stage(const ao_span &s, uint8_t *ks, uint8_t *vs) const {
+        const uint32_t pre = min(s.end, s.pos0) > s.start ? min(s.end, s.pos0) - s.start : 0;
+        ad_stage_rows(ks, ah_krow(HD, KDT), vs, HD * ESZ, kc, vc, pstride, s.start, pre, VPR, AO_THREADS);
+    }
+    /* the newest row (*pos, written by another kernel or block) when the span holds it */
+    __device__ __forceinline__ void newest(const ao_span &s, uint8_t *ks, uint8_t *vs) const {
+        if (s.pos0 < s.start || s.pos0 >= s.end) return;
+        const uint32_t i = s.pos0 - s.start;
+        ad_load_row(ks + i * ah_krow(HD, KDT), vs + i * HD * ESZ, kc + (size_t)s.pos0 * pstride,
+                    vc + (size_t)s.pos0 * pstride, VPR, AO_THREADS);
+    }
+};
+
+/* The block's o rows restricted to head h's columns into ws (rows WRP bytes apart, cp.async, one
+ * commit group), and the FP8 scales of this thread's four rows of the residual add. */
+template <int WDT, int HD>
+__device__ __forceinline__ float4 ao_request_o(const attn_o_args &p, const ao_span &s, uint32_t h, uint8_t *ws) {
+    constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2, WRB = HD * WSZ, VPR = WRB / 16, WRP = WRB + 16;
+    const uint32_t tid = threadIdx.x;
+    const size_t pb = (size_t)p.o.pitch * WSZ;
+    const uint8_t *src = (const uint8_t *)p.o.data + (size_t)s.r0 * pb + (size_t)h * WRB;
+    for (uint32_t i = tid; i < s.nr * VPR; i += AO_THREADS) {
+        const uint32_t r = i / VPR, c = i - r * VPR;
+        cp_async16(ws + r * WRP + c * 16, src + r * pb + c * 16);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    float4 sc4 = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (WDT == THIN_DTYPE_F8_E4M3 && 4 * tid < s.nr) { /* nr <= 4 * AO_THREADS */
+        const float *sp = p.o.scale + s.r0 + 4 * tid;
+        sc4 = make_float4(__ldg(sp), __ldg(sp + 1), __ldg(sp + 2), __ldg(sp + 3));
+    }
+    return sc4;
+}
+
+/* At most 64 registers a thread (four blocks' worth per SM), so that a block fits beside a q/k/v
+ * matvec block (12 warps of up to 128 registers) and starts, and requests its rows, while that
+ * step still runs. */
+template <int KDT, int WDT, int DPL>
+__global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args p) {
+    pdl_trigger();
+    ktrace kt;
+    kt.start();
+    constexpr uint32_t HD = 32 * DPL;
+    extern __shared__ __align__(16) uint8_t smb[];
+    __shared__ float mlw[2 * AO_WARPS];
+    const attn_args &a = p.a;
+    const uint32_t rank = blockIdx.x, h = blockIdx.y, kh = h / (a.n_heads / a.n_kv);
+    const ao_span s = ao_span_of(p, rank);
+    if (s.chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
+    const ao_layout L = ao_layout_of(HD, KDT, WDT, p.rows_per, a.chunk_max);
+    /* K/V rows before *pos (one commit group), then the o rows (another) */
+    const ao_cache<KDT, HD> kv(a, kh);
+    kv.stage(s, smb + L.k, smb + L.v);
+    const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
+    pdl_wait();
+    kt.waited();
+    kv.newest(s, smb + L.k, smb + L.v);
+    const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
+    for (uint32_t i = threadIdx.x; i < HD / 4; i += AO_THREADS) ((float4 *)(smb + L.q))[i] = __ldcg(q4 + i);
+    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
+    __syncthreads();
+    ao_tail<KDT, WDT, DPL>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, nullptr, 0, kt, TRACE_ATTN_O);
+}
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+/* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
+ * projections, rope, the KV store) and the attention + o kernel's work in one launch, so that the
+ * q/k/v step's end and the attention's start are no longer a grid-wide wait. Same grid and
+ * clusters as attn_o_kernel (block `rank` of query head h's cluster), 128 registers a thread at
+ * most and qao_smem's shared memory, so that two blocks fit an SM: the grid's clusters are then
+ * resident at once (checked by the host, see qao_clusters), which the waits below rely on.
+ *  - q: the head's head_dim / 2 rope pairs (rows i, i + head_dim / 2) split over the cluster, qp a
+ *    block; their rows are requested with bulk copies into shared memory before the dependency
+ *    wait, and each block pushes its rotated q values into every block's q (distributed shared
+ *    memory, then a cluster barrier).
+ *  - k and v: KV head kh's head_dim pairs (k's rope pairs, then v's rows i, i + head_dim / 2)
+ *    split over the G × ATTN_O_CLUSTER blocks of its G query heads, kvp a block, one a warp: the
+ *    first batch of each warp's rows in registers before the wait. Each pair goes into the cache
+ *    at *pos; the block whose span holds *pos reads that row once all head_dim pairs of its KV
+ *    head are stored (count[1 + kh], which every launch raises by head_dim).
+ *  - x: the residual through the fused RMSNorm, staged after the wait as the matvec does. Every
+ *    block adds its o products into that residual, so it does so only once every block has
+ *    staged it (count[0], raised by each block of each launch; its value before a block's own
+ *    increment gives the launch).
+ *  - the o rows go into the q rows' shared memory once those are read, then the attention + o
+ *    tail (ao_tail).
+ * A split over devices keeps this shape: a device's heads are its columns of o and its rows of q,
+ * k and v, the KV heads of its query heads with them. */
+template <int KDT, int WDT, int DPL>
+__global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
+    constexpr uint32_t HD = 32 * DPL, HALF = HD / 2, EPV = vec_of<WDT>::epv, CL = ATTN_O_CLUSTER;
+    constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    constexpr int HB = MV_UNROLL;
+    extern __shared__ __align__(16) uint8_t smb[];
+    __shared__ float mlw[2 * AO_WARPS], red32[32];
+    const mv_args &m = p.mv;
+    const attn_args &a = p.ao.a;
+    const uint32_t rank = blockIdx.x, h = blockIdx.y, G = a.n_heads / a.n_kv, kh = h / G;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const ao_span s = ao_span_of(p.ao, rank);
+    if (s.chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
+    pdl_trigger();
+    cluster_arrive_relaxed(); /* waited for before the first store into another block */
+    ktrace kt;
+    kt.start();
+    cg::cluster_group cl = cg::this_cluster();
+    const uint32_t cols = m.seg[0].w.cols, pitch = m.seg[0].w.pitch, nvec = pitch / EPV;
+    const uint32_t rowb = pitch * WSZ;
+    const ao_layout L = ao_layout_of(HD, KDT, WDT, p.ao.rows_per, a.chunk_max, p.qp * 2 * rowb, pitch * 4, p.qp);
+    uint8_t *wq = smb + L.w;
+    float *xs = (float *)(smb + L.xs), *qs = (float *)(smb + L.q);
+    uint64_t *bar = (uint64_t *)(smb + L.bar);
+    /* 1. the block's q rows, bulk copies into shared memory */
+    if (tid < p.qp) mbar_init(&bar[tid], 1);
+    mbar_init_fence();
+    __syncthreads();
+    if (tid < p.qp) {
+        const uint32_t rr = h * HD + rank * p.qp + tid;
+        const uint64_t pol = evict_first_policy();
+        uint8_t *dst = wq + (size_t)tid * 2 * rowb;
+        mbar_expect_tx(&bar[tid], 2 * rowb);
+        bulk_load(dst, row_ptr(m.seg[0].w, rr), rowb, &bar[tid], pol);
+        bulk_load(dst + rowb, row_ptr(m.seg[0].w, rr + HALF), rowb, &bar[tid], pol);
+    }
+    /* 2. warp w's first K/V pair: its first batch of loads, its rotation and scales */
+    const uint32_t gb = (h - kh * G) * CL + rank; /* this block in its KV head's group */
+    uint4 wr[2][HB];
+    const uint4 *rows[2];
+    int seg = 1;
+    uint32_t rr = 0;
+    float2 rot = make_float2(1.0f, 0.0f);
+    mv_epi<2> e;
+    auto kv_pair = [&](uint32_t i) { /* pair i of the block: its rows, or false past the last */
+        const uint32_t u = gb * p.kvp + i;
+        if (i >= p.kvp || u >= HD) return false;
+        seg = u < HALF ? 1 : 2;
+        rr = kh * HD + (u < HALF ? u : u - HALF);
+        rows[0] = row_ptr(m.seg[seg].w, rr);
+        rows[1] = row_ptr(m.seg[seg].w, rr + HALF);
+        load_batch<2, HB>(wr, rows, lane, nvec);
+        if (lane == 0) {
+            rot = rope_rot(m, seg, rr);
+            epi_weights<WDT, 2>(m, seg, rr, e);
+        }
+        return true;
+    };
+    uint32_t kvi = w;
+    bool kv_more = kv_pair(kvi);
+    /* warp w's first q pair: its rotation and scales */
+    const uint32_t jq = rank * p.qp + w, rq = h * HD + jq;
+    float2 qrot = make_float2(1.0f, 0.0f);
+    mv_epi<2> qe;
+    if (w < p.qp && lane == 0) {
+        qrot = rope_rot(m, 0, rq);
+        epi_weights<WDT, 2>(m, 0, rq, qe);
+    }
+    /* 3. the span's K/V rows before *pos, the norm weights */
+    const ao_cache<KDT, HD> kv(a, kh);
+    kv.stage(s, smb + L.k, smb + L.v);
+    float nw[MV_XPRE];
+    preload_norm(m, cols, nw);
+    pdl_wait();
+    kt.waited();
+    stage_x<WDT>(xs, m, cols, pitch, red32, nw);
+    unsigned long long epoch = 0, target = 0;
+    if (tid == 0) { /* this block has read the residual */
+        const unsigned long long nb = (unsigned long long)gridDim.x * gridDim.y;
+        __threadfence();
+        epoch = atomicAdd(p.count, 1ull) / nb;
+        target = (epoch + 1) * nb;
+    }
+    /* 4. the K/V pairs: into the cache (and k, v), each counted once stored */
+    while (kv_more) {
+        float acc[2] = {0.0f, 0.0f};
+        use_batch<WDT, 2, HB>(wr, lane, nvec, xs, acc);
+        for (uint32_t base = lane + 32 * HB; base < nvec; base += 32 * HB) {
+            load_batch<2, HB>(wr, rows, base, nvec);
+            use_batch<WDT, 2, HB>(wr, base, nvec, xs, acc);
+        }
+        acc[0] = warp_sum(acc[0]);
+        acc[1] = warp_sum(acc[1]);
+        if (lane == 0) {
+            store_rope<WDT>(m, seg, rr, acc[0], acc[1], rot, e);
+            __threadfence();
+            atomicAdd(p.count + 1 + kh, 1ull);
+        }
+        kvi += AO_WARPS;
+        kv_more = kv_pair(kvi);
+    }
+    /* 5. the q pairs, from shared memory, into every block's q */
+    cluster_wait(); /* every block of the cluster has started */
+    const uint32_t ps = nvec * 4;
+    for (uint32_t i = w; i < p.qp; i += AO_WARPS) {
+        mbar_wait(&bar[i], 0);
+        const uint8_t *r0p = wq + (size_t)i * 2 * rowb, *r1p = r0p + rowb;
+        float a0 = 0.0f, a1 = 0.0f;
+        for (uint32_t v = lane; v < nvec; v += 32) {
+            a0 += dot16<WDT>(*(const uint4 *)(r0p + v * 16), xs + 4 * v, ps);
+            a1 += dot16<WDT>(*(const uint4 *)(r1p + v * 16), xs + 4 * v, ps);
+        }
+        a0 = warp_sum(a0);
+        a1 = warp_sum(a1);
+        const uint32_t j = rank * p.qp + i, r = h * HD + j;
+        float2 y = make_float2(0.0f, 0.0f);
+        if (lane == 0) {
+            if (i != w) {
+                qrot = rope_rot(m, 0, r);
+                epi_weights<WDT, 2>(m, 0, r, qe);
+            }
+            y = store_rope<WDT>(m, 0, r, a0, a1, qrot, qe);
+        }
+        y.x = __shfl_sync(0xffffffffu, y.x, 0);
+        y.y = __shfl_sync(0xffffffffu, y.y, 0);
+        if (lane < CL) {
+            float *qb = cl.map_shared_rank(qs, lane);
+            qb[j] = y.x;
+            qb[j + HALF] = y.y;
+        }
+    }
+    cluster_arrive();
+    cluster_wait(); /* q is whole in every block; this block's q rows are read */
+    /* 6. the o rows into the q rows' space; the newest K/V row once its KV head's pairs are in */
+    const float4 sc4 = ao_request_o<WDT, HD>(p.ao, s, h, smb + L.w);
+    if (s.pos0 >= s.start && s.pos0 < s.end) {
+        if (tid == 0)
+            while (ld_acquire64(p.count + 1 + kh) < (epoch + 1) * HD) __nanosleep(32);
+        __syncthreads();
+        kv.newest(s, smb + L.k, smb + L.v);
+    }
+    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
+    __syncthreads();
+    ao_tail<KDT, WDT, DPL>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, p.count, target, kt, TRACE_QAO);
 }
 
 cudaError_t attn_o_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
@@ -250,6 +488,37 @@ size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chun
     return ao_layout_of(head_dim, kv_dtype, o->dtype, ao_rows_per(o->rows), chunk).total;
 }
 
+int qao_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *k,
+                  const dmat *v, const dmat *o) {
+    if (!attn_o_supported(n_heads, n_kv, head_dim, kv_dtype, o)) return 0;
+    const dmat *w[3] = {q, k, v};
+    const uint32_t heads[3] = {n_heads, n_kv, n_kv};
+    for (int i = 0; i < 3; i++) {
+        if (w[i]->dtype != o->dtype || w[i]->trans || w[i]->rows != heads[i] * head_dim ||
+            w[i]->cols != q->cols || w[i]->pitch != q->pitch || w[i]->row0 % head_dim)
+            return 0;
+        if (o->dtype == THIN_DTYPE_F8_E4M3 && !w[i]->scale) return 0;
+    }
+    return q->cols == o->rows;
+}
+
+/* q pairs and K/V pairs a block of the attention block kernel takes. */
+static uint32_t qao_qp(uint32_t head_dim) { return head_dim / 2 / ATTN_O_CLUSTER; }
+static uint32_t qao_kvp(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim) {
+    const uint32_t blocks = ATTN_O_CLUSTER * (n_heads / n_kv);
+    return (head_dim + blocks - 1) / blocks;
+}
+
+size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, uint32_t chunk) {
+    if (chunk > AO_CHUNK_MAX) return SIZE_MAX;
+    const size_t rowb = (size_t)q->pitch * thin_dtype_size((thin_dtype)q->dtype);
+    const uint32_t qp = qao_qp(head_dim);
+    if (2 * qp * rowb > (1u << 30) || (size_t)q->pitch * 4 > (1u << 30)) return SIZE_MAX;
+    return ao_layout_of(head_dim, kv_dtype, o->dtype, ao_rows_per(o->rows), chunk, (uint32_t)(2 * qp * rowb),
+                        q->pitch * 4, qp)
+        .total;
+}
+
 template <int KDT, int WDT, int DPL>
 static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st) {
     cudaError_t e = smem_attr(attn_o_kernel<KDT, WDT, DPL>, smem, 2 * AO_WARPS * sizeof(float));
@@ -258,21 +527,68 @@ static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st)
                      st, dim3(ATTN_O_CLUSTER, 1, 1), a);
 }
 
-template <int KDT, int WDT>
-static cudaError_t launch_ao_hd(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    switch (a.a.head_dim) {
-    case 32: return launch_ao<KDT, WDT, 1>(a, smem, st);
-    case 64: return launch_ao<KDT, WDT, 2>(a, smem, st);
-    case 128: return launch_ao<KDT, WDT, 4>(a, smem, st);
-    default: return launch_ao<KDT, WDT, 8>(a, smem, st);
-    }
+/* The attention block kernel's launch, or with clusters set, its resident clusters at most (the
+ * occupancy calculator's, for this shared memory) into *clusters instead. */
+template <int KDT, int WDT, int DPL>
+static cudaError_t launch_qao_k(const qao_args &a, size_t smem, cudaStream_t st, int *clusters) {
+    auto k = qao_kernel<KDT, WDT, DPL>;
+    cudaError_t e = smem_attr(k, smem, (2 * AO_WARPS + 32) * sizeof(float));
+    /* a cluster's blocks on distinct SMs (two fit one SM, which would leave others idle) */
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeClusterSchedulingPolicyPreference,
+                                 thin_cuda_qao == 2 ? cudaClusterSchedulingPolicyDefault
+                                                    : cudaClusterSchedulingPolicySpread);
+    if (e != cudaSuccess) return e;
+    const dim3 grid(ATTN_O_CLUSTER, a.ao.a.n_heads);
+    if (!clusters) return launch_kc(k, grid, dim3(AO_THREADS), smem, st, dim3(ATTN_O_CLUSTER, 1, 1), a);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = ATTN_O_CLUSTER;
+    at.val.clusterDim.y = 1;
+    at.val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(AO_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    return cudaOccupancyMaxActiveClusters(clusters, (const void *)k, &cfg);
 }
 
-template <int KDT>
-static cudaError_t launch_ao_w(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    if (a.o.dtype == THIN_DTYPE_F8_E4M3) return launch_ao_hd<KDT, THIN_DTYPE_F8_E4M3>(a, smem, st);
-    return launch_ao_hd<KDT, THIN_DTYPE_BF16>(a, smem, st);
+/* f.run<KDT, WDT, DPL>() for the KV dtype, weight dtype and head_dim given. */
+template <int K, int W, typename F>
+static cudaError_t ao_dispatch_hd(uint32_t hd, const F &f) {
+    switch (hd) {
+    case 32: return f.template run<K, W, 1>();
+    case 64: return f.template run<K, W, 2>();
+    case 128: return f.template run<K, W, 4>();
+    default: return f.template run<K, W, 8>();
+    }
 }
+template <typename F>
+static cudaError_t ao_dispatch(int kvdt, int wdt, uint32_t hd, const F &f) {
+    const bool f8 = wdt == THIN_DTYPE_F8_E4M3;
+    if (kvdt == THIN_DTYPE_BF16)
+        return f8 ? ao_dispatch_hd<THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3>(hd, f)
+                  : ao_dispatch_hd<THIN_DTYPE_BF16, THIN_DTYPE_BF16>(hd, f);
+    return f8 ? ao_dispatch_hd<THIN_DTYPE_F32, THIN_DTYPE_F8_E4M3>(hd, f)
+              : ao_dispatch_hd<THIN_DTYPE_F32, THIN_DTYPE_BF16>(hd, f);
+}
+struct ao_launcher {
+    const attn_o_args &a;
+    size_t smem;
+    cudaStream_t st;
+    template <int K, int W, int D>
+    cudaError_t run() const { return launch_ao<K, W, D>(a, smem, st); }
+};
+struct qao_launcher {
+    const qao_args &a;
+    size_t smem;
+    cudaStream_t st;
+    int *clusters;
+    template <int K, int W, int D>
+    cudaError_t run() const { return launch_qao_k<K, W, D>(a, smem, st, clusters); }
+};
 
 cudaError_t launch_attn_o(const attn_o_args *p, cudaStream_t st) {
     if (!attn_o_supported(p->a.n_heads, p->a.n_kv, p->a.head_dim, p->a.kv_dtype, &p->o) ||
@@ -281,6 +597,37 @@ cudaError_t launch_attn_o(const attn_o_args *p, cudaStream_t st) {
     attn_o_args a = *p;
     a.rows_per = ao_rows_per(a.o.rows);
     const size_t smem = attn_o_smem(a.a.head_dim, a.a.kv_dtype, &a.o, a.a.chunk_max);
-    if (a.a.kv_dtype == THIN_DTYPE_BF16) return launch_ao_w<THIN_DTYPE_BF16>(a, smem, st);
-    return launch_ao_w<THIN_DTYPE_F32>(a, smem, st);
+    return ao_dispatch(a.a.kv_dtype, a.o.dtype, a.a.head_dim, ao_launcher{a, smem, st});
+}
+
+/* The attention block kernel's arguments completed (rows and pairs a block), its shared memory. */
+static cudaError_t qao_prepare(const qao_args *p, qao_args *a, size_t *smem) {
+    const attn_args &t = p->ao.a;
+    if (!qao_supported(t.n_heads, t.n_kv, t.head_dim, t.kv_dtype, &p->mv.seg[0].w, &p->mv.seg[1].w,
+                       &p->mv.seg[2].w, &p->ao.o) ||
+        t.chunk_max == 0 || t.chunk_max > AO_CHUNK_MAX || p->mv.nseg != 3 || !p->mv.rope || !p->count)
+        return cudaErrorInvalidValue;
+    *a = *p;
+    a->ao.rows_per = ao_rows_per(a->ao.o.rows);
+    a->qp = qao_qp(t.head_dim);
+    a->kvp = qao_kvp(t.n_heads, t.n_kv, t.head_dim);
+    *smem = qao_smem(t.head_dim, t.kv_dtype, &a->mv.seg[0].w, &a->ao.o, t.chunk_max);
+    return cudaSuccess;
+}
+
+cudaError_t launch_qao(const qao_args *p, cudaStream_t st) {
+    qao_args a;
+    size_t smem;
+    cudaError_t e = qao_prepare(p, &a, &smem);
+    if (e != cudaSuccess) return e;
+    return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, st, nullptr});
+}
+
+cudaError_t qao_clusters(const qao_args *p, int *clusters) {
+    qao_args a;
+    size_t smem;
+    *clusters = 0;
+    cudaError_t e = qao_prepare(p, &a, &smem);
+    if (e != cudaSuccess) return e;
+    return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, (cudaStream_t)0, clusters});
 }

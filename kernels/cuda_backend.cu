@@ -18,6 +18,7 @@ int thin_cuda_pdl = 1;
 int thin_cuda_fuse = 1;
 int thin_cuda_cluster = 1;
 int thin_cuda_attn_o = ATTN_O_DEFAULT;
+int thin_cuda_qao = 0;
 int thin_cuda_carveout = -1;
 int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thin_cuda_mv_small_mb = 0;
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
@@ -260,6 +261,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *ao = getenv("THIN_CUDA_ATTN_O");
     thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
+    const char *qao = getenv("THIN_CUDA_QAO"); /* 0: q/k/v apart from the attention + o kernel;
+                                                  2: its clusters in the default scheduling */
+    thin_cuda_qao = qao && *qao ? atoi(qao) : 0;
     const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt": cuBLASLt for the prefill's linears */
     thin_cuda_gemm_lt = gm && strcmp(gm, "lt") == 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");

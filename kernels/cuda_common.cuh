@@ -137,6 +137,78 @@ __device__ __forceinline__ void atomic_add4(float *p, float4 v, bool vec = true)
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
+/* A grow-only counter of the decode kernels (mlp.cu, attn_o.cu), read with acquire semantics. */
+__device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* ---- mbarriers and bulk copies (sm_90: the persistent decode kernel, stream.cu, and the
+ * attention block kernel, attn_o.cu) ---- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* Arrives on b, announcing `bytes` of copies that complete its phase. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+/* Waits until the phase of b with the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred P1;\n"
+                 "MB_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@P1 bra MB_DONE;\n\t"
+                 "bra MB_WAIT;\n"
+                 "MB_DONE:\n\t}" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+/* Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+ * completing on b; weights are read once per token, so they are marked first to leave L2. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *b, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
+                 : "memory");
+#endif
+}
+
+/* Asks for `bytes` at src to be brought into L2 (no completion to wait for). */
+__device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+    uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
 /* ---- programmatic dependent launch ----
  * Kernels are launched so that the next one may start while the previous one drains: each kernel
  * lets its dependents launch at once (pdl_trigger) and waits for its predecessors to complete
@@ -270,7 +342,7 @@ struct trace_rec {
     unsigned long long t0, t1, t2;/* global timer (ns): start, after the wait, end */
     unsigned long long mark[4];   /* phases within the kernel (0: none) */
 };
-enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5, TRACE_ATTN_O = 6 };
+enum { TRACE_MV = 2, TRACE_ATTN = 3, TRACE_STREAM = 4, TRACE_MLP = 5, TRACE_ATTN_O = 6, TRACE_QAO = 7 };
 static __device__ trace_rec *d_trace;
 static __device__ unsigned int *d_trace_n;
 static __device__ unsigned int d_trace_cap;
@@ -520,6 +592,31 @@ extern int thin_cuda_attn_o;
 int attn_o_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *o);
 /* Its shared memory for a chunk of `chunk` positions per block (o rows as the launcher splits them). */
 size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chunk);
+
+/* The decode step's whole attention block for one token in one kernel (attn_o.cu): the RMSNorm of
+ * the residual, q, k and v with rope and the KV store, the attention and the o-projection with
+ * the residual add, in attn_o_kernel's grid and clusters (see qao_kernel). mv: the q, k, v step's
+ * matvec arguments with the rope epilogue (its outputs written as well); count: 1 + n_kv
+ * counters of the step (zero before its first launch, only grow). */
+struct qao_args {
+    attn_o_args ao;
+    mv_args mv;
+    unsigned long long *count;
+    uint32_t qp, kvp;    /* set by the launcher: q pairs and K/V pairs a block */
+};
+cudaError_t launch_qao(const qao_args *a, cudaStream_t st);
+/* Whether the kernel takes this shape: the attention + o kernel's, and q, k, v of o's dtype, as
+ * rows, n_heads, n_kv and n_kv heads of head_dim rows, o's rows as columns. */
+int qao_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *k,
+                  const dmat *v, const dmat *o);
+/* Its shared memory for a chunk of `chunk` positions per block. */
+size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, uint32_t chunk);
+/* The most clusters of it the device holds at once (the kernel needs all n_heads resident). */
+cudaError_t qao_clusters(const qao_args *a, int *clusters);
+/* env THIN_CUDA_QAO=1: the attention block kernel where it fits (off by default: slower, see
+ * bench/results/decode-notes.md); 2: the same with its clusters scheduled by the default policy
+ * instead of spread over distinct SMs. */
+extern int thin_cuda_qao;
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds
  * n × ARGMAX_PARTS (float, int) pairs. */

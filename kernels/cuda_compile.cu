@@ -14,6 +14,8 @@
  *       MLP kernel (mlp.cu), with down stored transposed
  *   attention(q, k, v → a); linear(a → h); add(h → x)               for one row (decode) at short
  *       and middle contexts, the attention + o kernel (attn_o.cu)
+ *   the q, k, v step (with its rope and KV store) followed by that attention + o pair   for one row
+ *       at the same contexts, the attention block kernel (attn_o.cu's qao_kernel), when it fits
  */
 #include <string.h>
 
@@ -258,6 +260,49 @@ static int fuse_attn_o(cuda_session *s) {
     return 0;
 }
 
+/* Marks every q, k, v step whose attention step runs the attention + o kernel for the attention
+ * block kernel, where it takes the shape, fits shared memory at the short form's positions a
+ * block, and the device holds all its clusters at once (which its waits rely on). */
+static int fuse_qao(cuda_session *s) {
+    if (!thin_cuda_qao || !s->attn_o_chunk) return 0;
+    int optin = 0;
+    CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    const size_t smem_max = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0;
+    int any = 0;
+    for (uint32_t i = 0; i + 2 < s->n_steps; i++) {
+        step *l = &s->steps[i], *a = &s->steps[i + 1], *o = &s->steps[i + 2];
+        if (l->attn_step != (int)i + 1 || !a->attn_o || !o->o_fused) continue;
+        const plan_op *at = &s->p->ops[a->op];
+        const dmat *q = &s->w[s->op_w[l->lin[0]]], *k = &s->w[s->op_w[l->lin[1]]];
+        const dmat *v = &s->w[s->op_w[l->lin[2]]], *ow = &s->w[s->op_w[o->lin[0]]];
+        if (!qao_supported(at->n_heads, at->n_kv_heads, at->head_dim, s->p->kv_dtype, q, k, v, ow) ||
+            qao_smem(at->head_dim, s->p->kv_dtype, q, ow, s->attn_o_chunk) > smem_max)
+            continue;
+        qao_args qa;
+        memset(&qa, 0, sizeof qa);
+        linear_args(s, l, 0, 1, &qa.mv);
+        attn_common(s, a, &qa.ao.a);
+        qa.ao.a.chunk_max = s->attn_o_chunk;
+        qa.ao.o = *ow;
+        qa.count = (unsigned long long *)16; /* checked for presence only */
+        int clusters = 0;
+        if (qao_clusters(&qa, &clusters) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if ((uint32_t)clusters < at->n_heads) continue;
+        if (at->n_kv_heads + 1 > s->qao_stride) s->qao_stride = at->n_kv_heads + 1;
+        l->qao = 1;
+        a->qao_fused = 1;
+        any = 1;
+    }
+    if (!any) return 0;
+    const size_t bytes = (size_t)s->n_steps * s->qao_stride * sizeof(unsigned long long);
+    if (cuda_alloc(s, (void **)&s->d_qaocnt, bytes)) return -1;
+    CK(s, cudaMemset(s->d_qaocnt, 0, bytes));
+    return 0;
+}
+
 /* cuBLASLt for the prefill's linears, with scratch for the widest activations (BF16) and the
  * FP8 weights widened to BF16: a transposed one whole, others in blocks of rows of at most
  * thin_cuda_gemm_widen values (at least 128 rows). Without it (the library missing, or cuBLASLt
@@ -330,6 +375,7 @@ int compile_steps(cuda_session *s) {
     if (thin_cuda_fuse) fuse_qkv_rope(s);
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     if (fuse_attn_o(s)) return -1;
+    if (fuse_qao(s)) return -1;
     if (thin_cuda_gemm_lt && s->max_batch > 1) gemm_lt_setup(s);
     return 0;
 }

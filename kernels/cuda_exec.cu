@@ -5,7 +5,8 @@
  * otherwise every linear group is one matvec launch with its fusions (the q, k, v group also
  * rotates q and k and stores k and v into the cache), a gate/up group with the down
  * projection after it one MLP kernel, and at short and middle contexts the attention with the
- * o-projection after it one attention + o kernel. The whole step list plus the argmax is
+ * o-projection after it one attention + o kernel, which where it fits also takes the q, k, v step
+ * before it (the attention block kernel). The whole step list plus the argmax is
  * captured once into a CUDA graph, with the copies of (position, token) in and of the argmax
  * out, so each token is one graph launch. Several rows (prefill): linears run as tensor-core GEMMs
  * (BF16 and FP8 weights; F32/F16 weights run the matvec row by row to stay exact), the other ops
@@ -133,6 +134,22 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
     return 0;
 }
 
+/* The attention block kernel for one row: q, k, v step st, the attention step after it and that
+ * one's o-projection step. */
+static int run_qao(cuda_session *s, const step *st) {
+    const step *at = &s->steps[st->attn_step], *ol = at + 1;
+    qao_args q;
+    memset(&q, 0, sizeof q);
+    linear_args(s, st, 0, 1, &q.mv);
+    attn_common(s, at, &q.ao.a);
+    q.ao.a.chunk_max = s->attn_o_chunk;
+    q.ao.o = s->w[s->op_w[ol->lin[0]]];
+    q.ao.resid = row_of(s, s->p->ops[ol->add_op].out, 0);
+    q.count = s->d_qaocnt + (size_t)(st - s->steps) * s->qao_stride;
+    CK(s, launch_qao(&q, s->st));
+    return 0;
+}
+
 /* The MLP kernel for one row: pair step st with the down + add step dn after it. */
 static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     mlp_args m;
@@ -183,6 +200,7 @@ void attn_common(const cuda_session *s, const step *st, attn_args *t) {
 }
 
 static int run_attention(cuda_session *s, const step *st, uint32_t n) {
+    if (n == 1 && s->short_now && st->qao_fused) return 0; /* run by the q, k, v step before it */
     const plan *p = s->p;
     const plan_op *a = &p->ops[st->op];
     rope_args r;
@@ -253,6 +271,7 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
                              w->rows * w->cols, o->eps, n, s->st));
         return 0;
     case STEP_LINEAR:
+        if (st->qao && n == 1 && s->short_now) return run_qao(s, st);
         if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
         if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);
         if (st->o_fused && n == 1 && s->short_now) return 0; /* run with the attention before it */

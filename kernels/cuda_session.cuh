@@ -49,6 +49,10 @@ typedef struct step {
     int attn_o;         /* ATTN: for one row in the short decode form, runs the attention + o
                            kernel (attn_o.cu) with the next step (the o-projection + residual add) */
     int o_fused;        /* LINEAR (o): run by the preceding ATTN step in the short decode form */
+    int qao;            /* LINEAR (q, k, v with attn_step): for one row in the short decode form, runs
+                           the attention block kernel (attn_o.cu's qao_kernel) for itself, that
+                           ATTN step and its o step */
+    int qao_fused;      /* ATTN: run by the q, k, v step before it in the short decode form */
 } step;
 
 typedef struct cuda_prof cuda_prof;
@@ -90,6 +94,9 @@ struct cuda_session {
                                n_heads × dec_splits × (head_dim + 2) when larger */
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
     unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
+    unsigned long long *d_qaocnt; /* qao_stride per step: the attention block kernel's counters
+                                     (only grow) */
+    uint32_t qao_stride;          /* 1 + the most KV heads of an attention op */
     void *d_mlpt;           /* the largest transposed down projection, transposed back for a
                                prefill's GEMM (gemm.cu's kernel) */
     gemm_lt *lt;            /* the prefill's linears through cuBLASLt, or NULL (gemm.cu's kernel) */

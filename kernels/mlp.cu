@@ -50,12 +50,6 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-__device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long *p) {
-    unsigned long long v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
  * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per

@@ -5,8 +5,9 @@
  * Checks one-token decode (CUDA graph), batched prefill (GEMM), prefill chunking, the split
  * attention at long contexts (several clusters of the decode kernel), the device argmax and greedy
  * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), the
- * decode attention in 32-position splits (several blocks per cluster, several clusters), and FP8
- * o-projections (the attention + o kernel's FP8 rows).
+ * decode attention in 32-position splits (several blocks per cluster, several clusters), FP8
+ * o-projections (the attention + o kernel's FP8 rows) and FP8 q, k, v (the attention block
+ * kernel's).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -31,6 +32,8 @@ static int failures;
 static thin_dtype down_dt;
 /* The o-projection's dtype when set (FP8 as the fp8-all profile makes it). */
 static thin_dtype o_dt;
+/* q, k and v's dtype when set (FP8 as the fp8-all profile makes them). */
+static thin_dtype qkv_dt;
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -128,9 +131,10 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     float amp = 1.0f / sqrtf((float)H);
     for (int l = 0; l < L; l++) {
         norm(m, l, B_X, B_H, dt);
-        linear(m, l, B_H, B_Q, make_w(m, H, H, dt, 2 * amp, 0), THIN_ROLE_Q);
-        linear(m, l, B_H, B_K, make_w(m, KV, H, dt, 2 * amp, 0), THIN_ROLE_K);
-        linear(m, l, B_H, B_V, make_w(m, KV, H, dt, amp, 0), THIN_ROLE_V);
+        const thin_dtype adt = qkv_dt ? qkv_dt : dt;
+        linear(m, l, B_H, B_Q, make_w(m, H, H, adt, 2 * amp, 0), THIN_ROLE_Q);
+        linear(m, l, B_H, B_K, make_w(m, KV, H, adt, 2 * amp, 0), THIN_ROLE_K);
+        linear(m, l, B_H, B_V, make_w(m, KV, H, adt, amp, 0), THIN_ROLE_V);
         if (l == 0) { /* layer 1 has no rope (as SmolLM3's every 4th layer) */
             for (int b = B_Q; b <= B_K; b++) {
                 o = add_op(m, PLAN_ROPE, l, b, -1);
@@ -281,12 +285,19 @@ static void run_all(const char *tag) {
     down_dt = 0;
     o_dt = THIN_DTYPE_F8_E4M3;
     CASE("BF16 w+FP8 o and ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    qkv_dt = THIN_DTYPE_F8_E4M3; /* the fp8-all profile: FP8 q, k, v (the attention block kernel's FP8 rows) */
+    CASE("BF16 w+FP8 q/k/v, o and ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    qkv_dt = 0;
     o_dt = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;
     CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
     o_dt = THIN_DTYPE_F8_E4M3;
     CASE("hd128 BF16+FP8 o and ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    qkv_dt = THIN_DTYPE_F8_E4M3;
+    CASE("hd128 BF16+FP8 q/k/v, o and ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3,
+         4e-2);
+    qkv_dt = 0;
     o_dt = 0;
     CASE("hd128 F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     /* A wide FFN: the down projection's rows take several batches of loads per lane (several
@@ -314,6 +325,7 @@ static void run_all(const char *tag) {
     CASE("hidden 2048 BF16+FP8 gate/up, BF16 down", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16,
          2e-3, 4e-2);
     down_dt = 0;
+    CASE("hidden 2048 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
 #undef CASE
 }
 
@@ -382,6 +394,11 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_ATTN_O");
+    /* The attention block kernel (opt-in) where it fits: BF16 or FP8 q, k, v of the o-projection's
+     * dtype. */
+    setenv("THIN_CUDA_QAO", "1", 1);
+    run_all("attention block kernel: ");
+    unsetenv("THIN_CUDA_QAO");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
