@@ -5,10 +5,11 @@
  *
  *   thin-bench-prefill MODEL.thin [LEN [REPEAT]]      (make bench builds it with the CUDA backend)
  *
- * The prompt is the ids 1..LEN (default 512); each of REPEAT runs (default 4) does what thin-run's
- * prefill does, the first LEN - 1 ids as one batch from position 0 and the last as one decode
- * step with its argmax, and prints one JSON line: the run, seconds, prompt tokens per second and
- * the argmax id (the same in every run). The KV cache is rewritten from position 0 each time.
+ * The prompt is the ids 1..LEN (default 512). It prints a JSON line with the seconds the session
+ * took to create (weights to the device, kernels set up, warm-up), then each of REPEAT runs
+ * (default 4) does what thin-run's prefill does, the first LEN - 1 ids as one batch from position
+ * 0 and the last as one decode step with its argmax, and prints one JSON line: the run, seconds,
+ * prompt tokens per second and the argmax id (the same in every run). The KV cache is rewritten from position 0 each time.
  * Environment variables of the backend (THIN_CUDA_*) apply. The file is not verified.
  */
 #include <stdint.h>
@@ -74,10 +75,12 @@ int main(int argc, char **argv) {
                 (unsigned)p.hp.max_pos);
         goto out;
     }
+    const double c0 = now_s();
     if (cuda_session_create(&s, &p, (uint32_t)len, err, sizeof err)) {
         fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], err);
         goto out;
     }
+    printf("{\"session_s\": %.6f}\n", now_s() - c0); /* weights to the device, kernels compiled, warm-up */
     for (long r = 0; r < repeat; r++) {
         int32_t next = -1;
         const double t0 = now_s();

@@ -74,20 +74,29 @@ static __host__ __device__ inline ao_layout ao_layout_of(uint32_t hd, int kv_dty
     return l;
 }
 
+/* How the blocks of a head meet in ao_tail: through the cluster (part NULL), or (the attention
+ * block kernel, no clusters) through global memory: each block's partial at part + (h · 8 + rank) ·
+ * (head_dim + 4), counted in pcnt[h] (each launch adds 8; epoch: the launch), and the residual add
+ * only once count (the blocks that have read the residual) reaches target. */
+struct ao_sync {
+    float *part;
+    unsigned long long *pcnt;
+    const unsigned long long *count;
+    unsigned long long epoch, target;
+};
+
 /* The attention + o tail of both kernels: the block's K/V rows of its span in shared memory, q in
  * qs, the o rows requested (cp.async, the newest commit group). Scores, softmax and V sum of the
- * span, the cluster's combine, the o rows times the head's output, added into the residual (once
- * *count reaches target, when count is set: every block of the grid has read the residual). */
-template <int KDT, int WDT, int DPL>
+ * span, the head's blocks' combine (GL: through global memory, see ao_sync), the o rows times the
+ * head's output, added into the residual. */
+template <int KDT, int WDT, int DPL, bool GL>
 __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L, uint8_t *smb, float *mlw,
                                         uint32_t npos, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
-                                        float4 sc4, const unsigned long long *count, unsigned long long target,
-                                        ktrace &kt, unsigned int kind) {
+                                        float4 sc4, const ao_sync &sy, ktrace &kt, unsigned int kind) {
     constexpr uint32_t HD = 32 * DPL, EPV = kv_epv<KDT>::n, ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
     constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2, WRB = HD * WSZ, VPR = WRB / 16, WRP = WRB + 16;
     constexpr uint32_t PS = HD / vec_of<WDT>::epv * 4; /* plane stride of the head's output */
     const attn_args &a = p.a;
-    cg::cluster_group cl = cg::this_cluster();
     const uint32_t rank = blockIdx.x, h = blockIdx.y;
     const uint32_t tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const uint32_t krb = ah_krow(HD, KDT), vrb = HD * ESZ, vpr = vrb / 16;
@@ -153,9 +162,25 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         if (d == 0) part[HD] = M, part[HD + 1] = Ls;
     }
     kt.mark(1);
-    cluster_arrive();
-    cluster_wait(); /* every block's partial is ready */
-    /* the head's output from the cluster's blocks that have positions */
+    constexpr uint32_t GPS = HD + 4; /* floats from one block's global partial to the next */
+    float *gpart = nullptr;
+    if constexpr (GL) {
+        gpart = sy.part + (size_t)h * ATTN_O_CLUSTER * GPS;
+        __syncthreads(); /* part whole (its max and sum come from thread 0) */
+        for (uint32_t d = tid; d < HD + 2; d += AO_THREADS) gpart[rank * GPS + d] = part[d];
+        __syncthreads();
+        if (tid == 0) { /* publish ours (ordered before the fence by the barrier), await the others' */
+            __threadfence();
+            atomicAdd(sy.pcnt + h, 1ull);
+            const unsigned long long t = (sy.epoch + 1) * ATTN_O_CLUSTER;
+            while (ld_acquire64(sy.pcnt + h) < t) __nanosleep(20);
+        }
+        __syncthreads();
+    } else {
+        cluster_arrive();
+        cluster_wait(); /* every block's partial is ready */
+    }
+    /* the head's output from its blocks that have positions */
     const uint32_t n_act = (npos + chunk - 1) / chunk;
     for (uint32_t d = tid; d < HD; d += AO_THREADS) {
         float mb[ATTN_O_CLUSTER], lb[ATTN_O_CLUSTER], ob[ATTN_O_CLUSTER];
@@ -163,10 +188,17 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) {
             mb[b] = -INFINITY, lb[b] = 0.0f, ob[b] = 0.0f;
             if (b < n_act) {
-                const float *pb = cl.map_shared_rank(part, b);
-                mb[b] = pb[HD];
-                lb[b] = pb[HD + 1];
-                ob[b] = pb[d];
+                if constexpr (GL) {
+                    const float *pb = gpart + b * GPS;
+                    mb[b] = __ldcg(pb + HD);
+                    lb[b] = __ldcg(pb + HD + 1);
+                    ob[b] = __ldcg(pb + d);
+                } else {
+                    const float *pb = cg::this_cluster().map_shared_rank(part, b);
+                    mb[b] = pb[HD];
+                    lb[b] = pb[HD + 1];
+                    ob[b] = pb[d];
+                }
             }
         }
         const float3 r = softmax_merge<ATTN_O_CLUSTER>(mb, lb, ob);
@@ -174,7 +206,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         oh[x_index<WDT>(d, PS)] = v;
         if (rank == 0) a.out[(size_t)h * HD + d] = v;
     }
-    cluster_arrive(); /* this block reads no other block's shared memory from here on */
+    if constexpr (!GL) cluster_arrive(); /* this block reads no other block's shared memory from here on */
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
     kt.mark(2);
@@ -190,8 +222,8 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         }
         ys[rr] = s0 + s1;
     }
-    if (count && tid == 0) /* every block has read the residual: this one's sums may now go in */
-        while (ld_acquire64(count) < target) __nanosleep(32);
+    if (sy.count && tid == 0) /* every block has read the residual: this one's sums may now go in */
+        while (ld_acquire64(sy.count) < sy.target) __nanosleep(32);
     __syncthreads();
     kt.mark(3);
     if (4 * tid < nr) { /* nr is a multiple of 4 */
@@ -200,7 +232,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         atomic_add4(p.resid + r0 + 4 * tid, y);
     }
     if (tid == 0) kt.end(kind, 4);
-    cluster_wait(); /* no block leaves while another still reads its partial */
+    if constexpr (!GL) cluster_wait(); /* no block leaves while another still reads its partial */
 }
 
 /* Where a block of either kernel works: positions [start, end) of npos (chunk a block), o rows
@@ -294,39 +326,39 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     for (uint32_t i = threadIdx.x; i < HD / 4; i += AO_THREADS) ((float4 *)(smb + L.q))[i] = __ldcg(q4 + i);
     asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
     __syncthreads();
-    ao_tail<KDT, WDT, DPL>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, nullptr, 0, kt, TRACE_ATTN_O);
-}
-
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
+    ao_tail<KDT, WDT, DPL, false>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
  * projections, rope, the KV store) and the attention + o kernel's work in one launch, so that the
- * q/k/v step's end and the attention's start are no longer a grid-wide wait. Same grid and
- * clusters as attn_o_kernel (block `rank` of query head h's cluster), 128 registers a thread at
- * most and qao_smem's shared memory, so that two blocks fit an SM: the grid's clusters are then
- * resident at once (checked by the host, see qao_clusters), which the waits below rely on.
- *  - q: the head's head_dim / 2 rope pairs (rows i, i + head_dim / 2) split over the cluster, qp a
+ * q/k/v step's end and the attention's start are no longer a grid-wide wait. The attention + o
+ * kernel's grid (block `rank` of query head h) without clusters: one block an SM (its shared
+ * memory is padded to more than half an SM's), the whole grid resident at once (the host checks
+ * that it is no larger than the SMs), which the waits below rely on. (In clusters of 8 the
+ * scheduler put two blocks on an SM, on 71 of the 132 SMs, and the q/k/v rows streamed at half
+ * speed there; at one block an SM, 15 clusters of 8 fit at once: bench/results/decode-notes.md.)
+ * The head's blocks meet through global memory and grow-only counters, count[...]: [0] the blocks
+ * that have staged x (each launch adds the grid; its value before a block's increment gives the
+ * launch, `epoch`), [1 + kh] KV head kh's stored pairs, [1 + n_kv + h] head h's q pairs, [1 + n_kv
+ * + n_heads + h] head h's partials.
+ *  - q: the head's head_dim / 2 rope pairs (rows i, i + head_dim / 2) split over its 8 blocks, qp a
  *    block; their rows are requested with bulk copies into shared memory before the dependency
- *    wait, and each block pushes its rotated q values into every block's q (distributed shared
- *    memory, then a cluster barrier).
+ *    wait; rotated, they go into q, and each block reads the head's q once all are in.
  *  - k and v: KV head kh's head_dim pairs (k's rope pairs, then v's rows i, i + head_dim / 2)
- *    split over the G × ATTN_O_CLUSTER blocks of its G query heads, kvp a block, one a warp: the
- *    first batch of each warp's rows in registers before the wait. Each pair goes into the cache
- *    at *pos; the block whose span holds *pos reads that row once all head_dim pairs of its KV
- *    head are stored (count[1 + kh], which every launch raises by head_dim).
+ *    split over the 8G blocks of its G query heads, kvp a block, one a warp: the first batch of
+ *    each warp's rows in registers before the wait. Each pair goes into the cache at *pos; the
+ *    block whose span holds *pos reads that row once all its KV head's pairs are stored.
  *  - x: the residual through the fused RMSNorm, staged after the wait as the matvec does. Every
  *    block adds its o products into that residual, so it does so only once every block has
- *    staged it (count[0], raised by each block of each launch; its value before a block's own
- *    increment gives the launch).
+ *    staged it.
  *  - the o rows go into the q rows' shared memory once those are read, then the attention + o
- *    tail (ao_tail).
+ *    tail (ao_tail), its partials combined through global memory.
  * A split over devices keeps this shape: a device's heads are its columns of o and its rows of q,
  * k and v, the KV heads of its query heads with them. */
 template <int KDT, int WDT, int DPL>
-__global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
-    constexpr uint32_t HD = 32 * DPL, HALF = HD / 2, EPV = vec_of<WDT>::epv, CL = ATTN_O_CLUSTER;
+__global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
+    constexpr uint32_t HD = 32 * DPL, HALF = HD / 2, EPV = vec_of<WDT>::epv;
     constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2;
     constexpr int HB = MV_UNROLL;
     extern __shared__ __align__(16) uint8_t smb[];
@@ -338,10 +370,9 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
     const ao_span s = ao_span_of(p.ao, rank);
     if (s.chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
     pdl_trigger();
-    cluster_arrive_relaxed(); /* waited for before the first store into another block */
     ktrace kt;
     kt.start();
-    cg::cluster_group cl = cg::this_cluster();
+    unsigned long long *kvcnt = p.count + 1, *qcnt = kvcnt + a.n_kv, *pcnt = qcnt + a.n_heads;
     const uint32_t cols = m.seg[0].w.cols, pitch = m.seg[0].w.pitch, nvec = pitch / EPV;
     const uint32_t rowb = pitch * WSZ;
     const ao_layout L = ao_layout_of(HD, KDT, WDT, p.ao.rows_per, a.chunk_max, p.qp * 2 * rowb, pitch * 4, p.qp);
@@ -361,7 +392,7 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
         bulk_load(dst + rowb, row_ptr(m.seg[0].w, rr + HALF), rowb, &bar[tid], pol);
     }
     /* 2. warp w's first K/V pair: its first batch of loads, its rotation and scales */
-    const uint32_t gb = (h - kh * G) * CL + rank; /* this block in its KV head's group */
+    const uint32_t gb = (h - kh * G) * ATTN_O_CLUSTER + rank; /* this block in its KV head's group */
     uint4 wr[2][HB];
     const uint4 *rows[2];
     int seg = 1;
@@ -385,10 +416,10 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
     uint32_t kvi = w;
     bool kv_more = kv_pair(kvi);
     /* warp w's first q pair: its rotation and scales */
-    const uint32_t jq = rank * p.qp + w, rq = h * HD + jq;
     float2 qrot = make_float2(1.0f, 0.0f);
     mv_epi<2> qe;
     if (w < p.qp && lane == 0) {
+        const uint32_t rq = h * HD + rank * p.qp + w;
         qrot = rope_rot(m, 0, rq);
         epi_weights<WDT, 2>(m, 0, rq, qe);
     }
@@ -400,12 +431,12 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
     pdl_wait();
     kt.waited();
     stage_x<WDT>(xs, m, cols, pitch, red32, nw);
-    unsigned long long epoch = 0, target = 0;
+    ao_sync sy = {p.part, pcnt, p.count, 0, 0};
     if (tid == 0) { /* this block has read the residual */
         const unsigned long long nb = (unsigned long long)gridDim.x * gridDim.y;
         __threadfence();
-        epoch = atomicAdd(p.count, 1ull) / nb;
-        target = (epoch + 1) * nb;
+        sy.epoch = atomicAdd(p.count, 1ull) / nb;
+        sy.target = (sy.epoch + 1) * nb;
     }
     /* 4. the K/V pairs: into the cache (and k, v), each counted once stored */
     while (kv_more) {
@@ -420,13 +451,12 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
         if (lane == 0) {
             store_rope<WDT>(m, seg, rr, acc[0], acc[1], rot, e);
             __threadfence();
-            atomicAdd(p.count + 1 + kh, 1ull);
+            atomicAdd(kvcnt + kh, 1ull);
         }
         kvi += AO_WARPS;
         kv_more = kv_pair(kvi);
     }
-    /* 5. the q pairs, from shared memory, into every block's q */
-    cluster_wait(); /* every block of the cluster has started */
+    /* 5. the q pairs, from shared memory, into q, each counted once stored */
     const uint32_t ps = nvec * 4;
     for (uint32_t i = w; i < p.qp; i += AO_WARPS) {
         mbar_wait(&bar[i], 0);
@@ -438,36 +468,33 @@ __global__ void __launch_bounds__(AO_THREADS, 2) qao_kernel(const qao_args p) {
         }
         a0 = warp_sum(a0);
         a1 = warp_sum(a1);
-        const uint32_t j = rank * p.qp + i, r = h * HD + j;
-        float2 y = make_float2(0.0f, 0.0f);
         if (lane == 0) {
+            const uint32_t r = h * HD + rank * p.qp + i;
             if (i != w) {
                 qrot = rope_rot(m, 0, r);
                 epi_weights<WDT, 2>(m, 0, r, qe);
             }
-            y = store_rope<WDT>(m, 0, r, a0, a1, qrot, qe);
-        }
-        y.x = __shfl_sync(0xffffffffu, y.x, 0);
-        y.y = __shfl_sync(0xffffffffu, y.y, 0);
-        if (lane < CL) {
-            float *qb = cl.map_shared_rank(qs, lane);
-            qb[j] = y.x;
-            qb[j + HALF] = y.y;
+            store_rope<WDT>(m, 0, r, a0, a1, qrot, qe);
+            __threadfence();
+            atomicAdd(qcnt + h, 1ull);
         }
     }
-    cluster_arrive();
-    cluster_wait(); /* q is whole in every block; this block's q rows are read */
-    /* 6. the o rows into the q rows' space; the newest K/V row once its KV head's pairs are in */
+    __syncthreads(); /* this block's q rows are read */
+    /* 6. the o rows into the q rows' space; the head's q and the newest K/V row once in */
     const float4 sc4 = ao_request_o<WDT, HD>(p.ao, s, h, smb + L.w);
-    if (s.pos0 >= s.start && s.pos0 < s.end) {
-        if (tid == 0)
-            while (ld_acquire64(p.count + 1 + kh) < (epoch + 1) * HD) __nanosleep(32);
-        __syncthreads();
-        kv.newest(s, smb + L.k, smb + L.v);
+    const bool newest = s.pos0 >= s.start && s.pos0 < s.end;
+    if (tid == 0) {
+        while (ld_acquire64(qcnt + h) < (sy.epoch + 1) * HALF) __nanosleep(20);
+        if (newest)
+            while (ld_acquire64(kvcnt + kh) < (sy.epoch + 1) * HD) __nanosleep(20);
     }
+    __syncthreads();
+    const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
+    for (uint32_t i = tid; i < HD / 4; i += AO_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
+    if (newest) kv.newest(s, smb + L.k, smb + L.v);
     asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
     __syncthreads();
-    ao_tail<KDT, WDT, DPL>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, p.count, target, kt, TRACE_QAO);
+    ao_tail<KDT, WDT, DPL, true>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_QAO);
 }
 
 cudaError_t attn_o_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
@@ -527,32 +554,15 @@ static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st)
                      st, dim3(ATTN_O_CLUSTER, 1, 1), a);
 }
 
-/* The attention block kernel's launch, or with clusters set, its resident clusters at most (the
- * occupancy calculator's, for this shared memory) into *clusters instead. */
+/* The attention block kernel's launch, or with per_sm set, its blocks an SM at most (the
+ * occupancy calculator's, for this shared memory) into *per_sm instead. */
 template <int KDT, int WDT, int DPL>
-static cudaError_t launch_qao_k(const qao_args &a, size_t smem, cudaStream_t st, int *clusters) {
+static cudaError_t launch_qao_k(const qao_args &a, size_t smem, cudaStream_t st, int *per_sm) {
     auto k = qao_kernel<KDT, WDT, DPL>;
     cudaError_t e = smem_attr(k, smem, (2 * AO_WARPS + 32) * sizeof(float));
-    /* a cluster's blocks on distinct SMs (two fit one SM, which would leave others idle) */
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeClusterSchedulingPolicyPreference,
-                                 thin_cuda_qao == 2 ? cudaClusterSchedulingPolicyDefault
-                                                    : cudaClusterSchedulingPolicySpread);
     if (e != cudaSuccess) return e;
-    const dim3 grid(ATTN_O_CLUSTER, a.ao.a.n_heads);
-    if (!clusters) return launch_kc(k, grid, dim3(AO_THREADS), smem, st, dim3(ATTN_O_CLUSTER, 1, 1), a);
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = ATTN_O_CLUSTER;
-    at.val.clusterDim.y = 1;
-    at.val.clusterDim.z = 1;
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(AO_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    return cudaOccupancyMaxActiveClusters(clusters, (const void *)k, &cfg);
+    if (per_sm) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k, AO_THREADS, smem);
+    return launch_k(k, dim3(ATTN_O_CLUSTER, a.ao.a.n_heads), dim3(AO_THREADS), smem, st, a);
 }
 
 /* f.run<KDT, WDT, DPL>() for the KV dtype, weight dtype and head_dim given. */
@@ -585,9 +595,9 @@ struct qao_launcher {
     const qao_args &a;
     size_t smem;
     cudaStream_t st;
-    int *clusters;
+    int *per_sm;
     template <int K, int W, int D>
-    cudaError_t run() const { return launch_qao_k<K, W, D>(a, smem, st, clusters); }
+    cudaError_t run() const { return launch_qao_k<K, W, D>(a, smem, st, per_sm); }
 };
 
 cudaError_t launch_attn_o(const attn_o_args *p, cudaStream_t st) {
@@ -600,18 +610,21 @@ cudaError_t launch_attn_o(const attn_o_args *p, cudaStream_t st) {
     return ao_dispatch(a.a.kv_dtype, a.o.dtype, a.a.head_dim, ao_launcher{a, smem, st});
 }
 
-/* The attention block kernel's arguments completed (rows and pairs a block), its shared memory. */
+/* The attention block kernel's arguments completed (rows and pairs a block), its shared memory
+ * (at least smem_min). */
 static cudaError_t qao_prepare(const qao_args *p, qao_args *a, size_t *smem) {
     const attn_args &t = p->ao.a;
     if (!qao_supported(t.n_heads, t.n_kv, t.head_dim, t.kv_dtype, &p->mv.seg[0].w, &p->mv.seg[1].w,
                        &p->mv.seg[2].w, &p->ao.o) ||
-        t.chunk_max == 0 || t.chunk_max > AO_CHUNK_MAX || p->mv.nseg != 3 || !p->mv.rope || !p->count)
+        t.chunk_max == 0 || t.chunk_max > AO_CHUNK_MAX || p->mv.nseg != 3 || !p->mv.rope || !p->count ||
+        !p->part)
         return cudaErrorInvalidValue;
     *a = *p;
     a->ao.rows_per = ao_rows_per(a->ao.o.rows);
     a->qp = qao_qp(t.head_dim);
     a->kvp = qao_kvp(t.n_heads, t.n_kv, t.head_dim);
     *smem = qao_smem(t.head_dim, t.kv_dtype, &a->mv.seg[0].w, &a->ao.o, t.chunk_max);
+    if (*smem < p->smem_min) *smem = p->smem_min;
     return cudaSuccess;
 }
 
@@ -623,11 +636,11 @@ cudaError_t launch_qao(const qao_args *p, cudaStream_t st) {
     return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, st, nullptr});
 }
 
-cudaError_t qao_clusters(const qao_args *p, int *clusters) {
+cudaError_t qao_per_sm(const qao_args *p, int *per_sm) {
     qao_args a;
     size_t smem;
-    *clusters = 0;
+    *per_sm = 0;
     cudaError_t e = qao_prepare(p, &a, &smem);
     if (e != cudaSuccess) return e;
-    return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, (cudaStream_t)0, clusters});
+    return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, (cudaStream_t)0, per_sm});
 }

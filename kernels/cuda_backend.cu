@@ -218,6 +218,37 @@ static int check_plan(cuda_session *s, uint32_t max_ctx) {
     return 0;
 }
 
+/* Whether the prefill's linears should go through cuBLASLt (thin_cuda_gemm_lt; AUTO: the model's
+ * weights reach LT_AUTO_BYTES); only sessions with a prefill (several rows) use it. */
+static int wants_lt(const cuda_session *s) {
+    if (s->max_batch < 2 || thin_cuda_gemm_lt == THIN_CUDA_GEMM_OWN) return 0;
+    if (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT) return 1;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < s->p->n_ops; i++) {
+        const thin_wmat *w = &s->p->ops[i].w;
+        if (w->data) bytes += (size_t)w->rows * w->cols * thin_dtype_size(w->dtype);
+    }
+    return bytes >= LT_AUTO_BYTES;
+}
+
+/* The helper thread: cuBLASLt's library load and start-up (about 0.6 s on the GPU machine) while
+ * the calling thread uploads the weights. */
+static void *lt_start_thread(void *arg) {
+    cuda_session *s = (cuda_session *)arg;
+    s->lt_why = NULL;
+    if (cudaSetDevice(0) != cudaSuccess || gemm_lt_start(&s->lt_new, &s->lt_why) != cudaSuccess) {
+        s->lt_new = NULL;
+        if (!s->lt_why) s->lt_why = "cannot select the device";
+    }
+    return NULL;
+}
+
+void lt_join(cuda_session *s) {
+    if (!s->lt_started) return;
+    pthread_join(s->lt_thread, NULL);
+    s->lt_started = 0;
+}
+
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
     if (check_plan(s, max_ctx)) return -1;
@@ -264,8 +295,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *qao = getenv("THIN_CUDA_QAO"); /* 0: q/k/v apart from the attention + o kernel;
                                                   2: its clusters in the default scheduling */
     thin_cuda_qao = qao && *qao ? atoi(qao) : 0;
-    const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt": cuBLASLt for the prefill's linears */
-    thin_cuda_gemm_lt = gm && strcmp(gm, "lt") == 0;
+    const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt" or "own": the prefill GEMMs (default: by size) */
+    thin_cuda_gemm_lt = !gm || !*gm ? THIN_CUDA_GEMM_AUTO
+                        : strcmp(gm, "lt") == 0 ? THIN_CUDA_GEMM_LT
+                        : strcmp(gm, "own") == 0 ? THIN_CUDA_GEMM_OWN : THIN_CUDA_GEMM_AUTO;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
     thin_cuda_gemm_widen = gw && *gw ? atol(gw) : 64l << 20;
     if (thin_cuda_gemm_widen < 1) thin_cuda_gemm_widen = 1;
@@ -292,6 +325,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     s->buf = (float **)calloc(p->n_bufs ? p->n_bufs : 1, sizeof(float *));
     if (!s->op_w || !s->op_freq || !s->op_kc || !s->op_vc || !s->buf) return cuda_failf(s, "out of memory");
     for (uint32_t i = 0; i < n; i++) s->op_w[i] = -1;
+    if (wants_lt(s) && pthread_create(&s->lt_thread, NULL, lt_start_thread, s) == 0) s->lt_started = 1;
     if (upload_weights(s) || upload_rope_tables(s) || alloc_state(s) || compile_steps(s) || stream_build(s))
         return -1;
     if (prof_init(s)) return -1;
@@ -319,6 +353,8 @@ extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t m
 extern "C" void cuda_session_free(cuda_session *s) {
     if (!s) return;
     if (s->st) cudaStreamSynchronize(s->st);
+    lt_join(s);
+    gemm_lt_destroy(s->lt_new);
     prof_report(s);
     prof_free(s);
     for (int k = 0; k < 2; k++)

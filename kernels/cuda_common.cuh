@@ -483,20 +483,27 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * sizes the grid. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
-/* The same through cuBLASLt (gemm_lt.cu; the library is loaded at the first gemm_lt_create), with
- * scratch for n · K BF16 activations (x_elems) and w_elems BF16 values of widened FP8 weights;
- * transposed weights (dmat.trans) are taken as stored. gemm_lt_create: on failure *why says what
- * failed. launch_gemm_lt: cudaErrorNotSupported for a shape it does not take (launch_gemm then),
+/* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
+ * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as stored.
+ * gemm_lt_start loads the library (once per process), creates the handle and workspace and runs
+ * one small product to pay cuBLASLt's one-time start-up (any thread; it uses a stream of its own
+ * and waits for it); gemm_lt_scratch then allocates the scratch. On failure *why says what failed.
+ * launch_gemm_lt: cudaErrorNotSupported for a shape it does not take (launch_gemm then),
  * cudaErrorUnknown for a cuBLASLt failure, named by gemm_lt_status. */
 typedef struct gemm_lt gemm_lt;
-cudaError_t gemm_lt_create(gemm_lt **g, size_t x_elems, size_t w_elems, const char **why);
+cudaError_t gemm_lt_start(gemm_lt **g, const char **why);
+cudaError_t gemm_lt_scratch(gemm_lt *g, size_t x_elems, size_t w_elems, const char **why);
 void gemm_lt_destroy(gemm_lt *g);
 cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                            float *resid, uint32_t ldr, uint32_t n, cudaStream_t st);
 const char *gemm_lt_status(const gemm_lt *g);
-/* Env THIN_CUDA_GEMM=lt: the prefill's linears through cuBLASLt where it takes the shape (default:
- * gemm.cu's kernel; on the H200 a process's first 512-token prefill measured slower through
- * cuBLASLt, see gemm_lt.cu). */
+/* The prefill's linears: through cuBLASLt where it takes the shape (THIN_CUDA_GEMM_LT), through
+ * gemm.cu's kernel (THIN_CUDA_GEMM_OWN), or (THIN_CUDA_GEMM_AUTO, the default) through cuBLASLt
+ * when the model's weights reach LT_AUTO_BYTES and the library loads, else gemm.cu's kernel
+ * without a message (a small model's prefill does not repay the library's load). Env
+ * THIN_CUDA_GEMM=lt or own. */
+enum { THIN_CUDA_GEMM_OWN = 0, THIN_CUDA_GEMM_LT = 1, THIN_CUDA_GEMM_AUTO = 2 };
+#define LT_AUTO_BYTES ((size_t)256 << 20)
 extern int thin_cuda_gemm_lt;
 /* Most BF16 values of an FP8 weight widened at once for cuBLASLt (env THIN_CUDA_GEMM_WIDEN; default
  * 64 Mi: a larger one, such as an FP8 LM head, goes in blocks of rows; a transposed one goes whole). */
@@ -595,13 +602,17 @@ size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chun
 
 /* The decode step's whole attention block for one token in one kernel (attn_o.cu): the RMSNorm of
  * the residual, q, k and v with rope and the KV store, the attention and the o-projection with
- * the residual add, in attn_o_kernel's grid and clusters (see qao_kernel). mv: the q, k, v step's
- * matvec arguments with the rope epilogue (its outputs written as well); count: 1 + n_kv
- * counters of the step (zero before its first launch, only grow). */
+ * the residual add, in attn_o_kernel's grid without clusters (see qao_kernel). mv: the q, k, v
+ * step's matvec arguments with the rope epilogue (its outputs written as well); count: 1 + n_kv
+ * + 2 n_heads counters of the step (zero before its first launch, only grow); part: n_heads × 8 ×
+ * (head_dim + 4) floats; smem_min: shared memory a block asks for at least (more than half an
+ * SM's: one block an SM). */
 struct qao_args {
     attn_o_args ao;
     mv_args mv;
     unsigned long long *count;
+    float *part;
+    uint32_t smem_min;
     uint32_t qp, kvp;    /* set by the launcher: q pairs and K/V pairs a block */
 };
 cudaError_t launch_qao(const qao_args *a, cudaStream_t st);
@@ -609,13 +620,12 @@ cudaError_t launch_qao(const qao_args *a, cudaStream_t st);
  * rows, n_heads, n_kv and n_kv heads of head_dim rows, o's rows as columns. */
 int qao_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *k,
                   const dmat *v, const dmat *o);
-/* Its shared memory for a chunk of `chunk` positions per block. */
+/* Its shared memory for a chunk of `chunk` positions per block (before smem_min). */
 size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, uint32_t chunk);
-/* The most clusters of it the device holds at once (the kernel needs all n_heads resident). */
-cudaError_t qao_clusters(const qao_args *a, int *clusters);
-/* env THIN_CUDA_QAO=1: the attention block kernel where it fits (off by default: slower, see
- * bench/results/decode-notes.md); 2: the same with its clusters scheduled by the default policy
- * instead of spread over distinct SMs. */
+/* Its blocks an SM at most (the whole grid, 8 n_heads blocks, must be resident at once). */
+cudaError_t qao_per_sm(const qao_args *a, int *per_sm);
+/* env THIN_CUDA_QAO=1: the attention block kernel where it fits, 0: the q/k/v matvec and the
+ * attention + o kernel. */
 extern int thin_cuda_qao;
 
 /* Row-wise argmax (lowest index on ties) of n rows of cols floats (sample.cu). `partial` holds

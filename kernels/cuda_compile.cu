@@ -262,13 +262,16 @@ static int fuse_attn_o(cuda_session *s) {
 
 /* Marks every q, k, v step whose attention step runs the attention + o kernel for the attention
  * block kernel, where it takes the shape, fits shared memory at the short form's positions a
- * block, and the device holds all its clusters at once (which its waits rely on). */
+ * block, and its grid fits the SMs at one block each, all resident at once (which its waits rely
+ * on). */
 static int fuse_qao(cuda_session *s) {
     if (!thin_cuda_qao || !s->attn_o_chunk) return 0;
-    int optin = 0;
+    int optin = 0, per_sm_smem = 0;
     CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CK(s, cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
     const size_t smem_max = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0;
-    int any = 0;
+    s->qao_smem_min = (uint32_t)per_sm_smem / 2; /* two such blocks do not fit an SM */
+    size_t part = 0;
     for (uint32_t i = 0; i + 2 < s->n_steps; i++) {
         step *l = &s->steps[i], *a = &s->steps[i + 1], *o = &s->steps[i + 2];
         if (l->attn_step != (int)i + 1 || !a->attn_o || !o->o_fused) continue;
@@ -276,7 +279,8 @@ static int fuse_qao(cuda_session *s) {
         const dmat *q = &s->w[s->op_w[l->lin[0]]], *k = &s->w[s->op_w[l->lin[1]]];
         const dmat *v = &s->w[s->op_w[l->lin[2]]], *ow = &s->w[s->op_w[o->lin[0]]];
         if (!qao_supported(at->n_heads, at->n_kv_heads, at->head_dim, s->p->kv_dtype, q, k, v, ow) ||
-            qao_smem(at->head_dim, s->p->kv_dtype, q, ow, s->attn_o_chunk) > smem_max)
+            qao_smem(at->head_dim, s->p->kv_dtype, q, ow, s->attn_o_chunk) > smem_max ||
+            (uint64_t)ATTN_O_CLUSTER * at->n_heads > (uint64_t)s->n_sm)
             continue;
         qao_args qa;
         memset(&qa, 0, sizeof qa);
@@ -285,47 +289,60 @@ static int fuse_qao(cuda_session *s) {
         qa.ao.a.chunk_max = s->attn_o_chunk;
         qa.ao.o = *ow;
         qa.count = (unsigned long long *)16; /* checked for presence only */
-        int clusters = 0;
-        if (qao_clusters(&qa, &clusters) != cudaSuccess) {
+        qa.part = (float *)16;
+        qa.smem_min = s->qao_smem_min;
+        int per_sm = 0;
+        if (qao_per_sm(&qa, &per_sm) != cudaSuccess) {
             cudaGetLastError();
             continue;
         }
-        if ((uint32_t)clusters < at->n_heads) continue;
-        if (at->n_kv_heads + 1 > s->qao_stride) s->qao_stride = at->n_kv_heads + 1;
+        if (per_sm < 1) continue;
+        const uint32_t stride = 1 + at->n_kv_heads + 2 * at->n_heads;
+        if (stride > s->qao_stride) s->qao_stride = stride;
+        const size_t pb = (size_t)at->n_heads * ATTN_O_CLUSTER * (at->head_dim + 4) * sizeof(float);
+        if (pb > part) part = pb;
         l->qao = 1;
         a->qao_fused = 1;
-        any = 1;
     }
-    if (!any) return 0;
+    if (!part) return 0;
     const size_t bytes = (size_t)s->n_steps * s->qao_stride * sizeof(unsigned long long);
-    if (cuda_alloc(s, (void **)&s->d_qaocnt, bytes)) return -1;
+    if (cuda_alloc(s, (void **)&s->d_qaocnt, bytes) || cuda_alloc(s, (void **)&s->d_qaopart, part)) return -1;
     CK(s, cudaMemset(s->d_qaocnt, 0, bytes));
     return 0;
 }
 
-/* cuBLASLt for the prefill's linears, with scratch for the widest activations (BF16) and the
- * FP8 weights widened to BF16: a transposed one whole, others in blocks of rows of at most
- * thin_cuda_gemm_widen values (at least 128 rows). Without it (the library missing, or cuBLASLt
- * failing to start: one line on stderr), gemm.cu's kernel runs them all. */
+/* cuBLASLt for the prefill's linears (started by session_init's helper thread, see lt_join), with
+ * scratch for the widest activations (BF16) and the FP8 weights widened to BF16: a transposed one
+ * whole, others in blocks of rows of at most thin_cuda_gemm_widen values (at least 128 rows).
+ * Without it (the library missing, or cuBLASLt failing to start: one line on stderr when
+ * THIN_CUDA_GEMM=lt asked for it), gemm.cu's kernel runs them all. */
 static void gemm_lt_setup(cuda_session *s) {
-    const size_t cap = (size_t)thin_cuda_gemm_widen;
-    size_t k_max = 0, w_elems = 0;
-    for (uint32_t i = 0; i < s->n_w; i++) {
-        const dmat *w = &s->w[i];
-        if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) continue;
-        const size_t k = ((size_t)w->cols + 7) / 8 * 8;
-        if (k > k_max) k_max = k;
-        if (w->dtype != THIN_DTYPE_F8_E4M3) continue;
-        size_t need = (w->trans ? (size_t)w->cols : (size_t)w->rows) * w->pitch;
-        if (!w->trans && need > cap) need = cap > (size_t)128 * w->pitch ? cap : (size_t)128 * w->pitch;
-        if (need > w_elems) w_elems = need;
+    lt_join(s);
+    gemm_lt *g = s->lt_new;
+    s->lt_new = NULL;
+    const char *why = s->lt_why ? s->lt_why : "unknown";
+    if (g) {
+        const size_t cap = (size_t)thin_cuda_gemm_widen;
+        size_t k_max = 0, w_elems = 0;
+        for (uint32_t i = 0; i < s->n_w; i++) {
+            const dmat *w = &s->w[i];
+            if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) continue;
+            const size_t k = ((size_t)w->cols + 7) / 8 * 8;
+            if (k > k_max) k_max = k;
+            if (w->dtype != THIN_DTYPE_F8_E4M3) continue;
+            size_t need = (w->trans ? (size_t)w->cols : (size_t)w->rows) * w->pitch;
+            if (!w->trans && need > cap) need = cap > (size_t)128 * w->pitch ? cap : (size_t)128 * w->pitch;
+            if (need > w_elems) w_elems = need;
+        }
+        if (gemm_lt_scratch(g, (size_t)s->max_batch * k_max, w_elems, &why) == cudaSuccess) {
+            s->lt = g;
+            return;
+        }
+        gemm_lt_destroy(g);
     }
-    const char *why = "unknown";
-    if (gemm_lt_create(&s->lt, (size_t)s->max_batch * k_max, w_elems, &why) != cudaSuccess) {
-        s->lt = NULL;
-        cudaGetLastError(); /* clear it: the session goes on without cuBLASLt */
+    cudaGetLastError(); /* clear it: the session goes on without cuBLASLt */
+    if (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT)
         fprintf(stderr, "thin-run: THIN_CUDA_GEMM=lt: no cuBLASLt (%s); the prefill runs the own GEMM\n", why);
-    }
 }
 
 int compile_steps(cuda_session *s) {
@@ -376,6 +393,6 @@ int compile_steps(cuda_session *s) {
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     if (fuse_attn_o(s)) return -1;
     if (fuse_qao(s)) return -1;
-    if (thin_cuda_gemm_lt && s->max_batch > 1) gemm_lt_setup(s);
+    if (s->lt_started) gemm_lt_setup(s);
     return 0;
 }

@@ -146,6 +146,8 @@ static int run_qao(cuda_session *s, const step *st) {
     q.ao.o = s->w[s->op_w[ol->lin[0]]];
     q.ao.resid = row_of(s, s->p->ops[ol->add_op].out, 0);
     q.count = s->d_qaocnt + (size_t)(st - s->steps) * s->qao_stride;
+    q.part = s->d_qaopart;
+    q.smem_min = s->qao_smem_min;
     CK(s, launch_qao(&q, s->st));
     return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef THIN_CUDA_SESSION_CUH
 #define THIN_CUDA_SESSION_CUH
 
+#include <pthread.h>
 #include <stdio.h>
 
 #include "../tools/thin-run/backend.h"
@@ -96,10 +97,17 @@ struct cuda_session {
     unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
     unsigned long long *d_qaocnt; /* qao_stride per step: the attention block kernel's counters
                                      (only grow) */
-    uint32_t qao_stride;          /* 1 + the most KV heads of an attention op */
+    uint32_t qao_stride;          /* 1 + the most KV heads + twice the most query heads */
+    float *d_qaopart;             /* its partials: most query heads × 8 × (largest head_dim + 4) */
+    uint32_t qao_smem_min;        /* its shared memory at least: one block an SM */
     void *d_mlpt;           /* the largest transposed down projection, transposed back for a
                                prefill's GEMM (gemm.cu's kernel) */
     gemm_lt *lt;            /* the prefill's linears through cuBLASLt, or NULL (gemm.cu's kernel) */
+    /* cuBLASLt's start (gemm_lt_start) on a helper thread while the weights go to the device */
+    pthread_t lt_thread;
+    int lt_started;         /* the thread was started and is not yet joined */
+    gemm_lt *lt_new;        /* its result, or NULL with lt_why */
+    const char *lt_why;
     uint32_t n_splits, chunk_max;     /* attention splits for several rows (prefill) */
     uint32_t dec_splits, dec_chunk;   /* attention splits for one row (decode) */
     uint32_t dec_min_chunk;           /* fewest positions per decode split (env THIN_CUDA_ATTN_CHUNK) */
@@ -146,6 +154,9 @@ int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cud
 int cuda_failf(cuda_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* cudaMalloc recorded for cuda_session_free. */
 int cuda_alloc(cuda_session *s, void **ptr, size_t bytes);
+
+/* cuda_backend.cu: waits for cuBLASLt's start when it was begun (its result in lt_new). */
+void lt_join(cuda_session *s);
 
 /* cuda_upload.cu */
 int upload_weights(cuda_session *s);

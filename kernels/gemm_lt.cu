@@ -14,13 +14,10 @@
  * Algorithms come from cuBLASLt's heuristic, once per shape and layout (a small cache), with a 32 MiB
  * workspace. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
  * scratch) return cudaErrorNotSupported, and the caller runs gemm.cu's kernel instead.
- * Opt-in (env THIN_CUDA_GEMM=lt): on the H200 with SmolLM3-3B, a process's first prefill of 512
- * tokens took 4,670-6,060 tokens/s through it against 8,139-8,763 through gemm.cu's kernel (BF16,
- * quality and fp8-all; the same greedy ids). gemm.cu's GEMMs take about 38 ms of the 58 ms BF16
- * prefill (Nsight Compute, the same day), so the likeliest cause is a one-time cost of the first
- * calls (cuBLASLt loads its kernels when first used and asks its heuristic once per shape) rather
- * than the GEMMs' own speed; no measurement has separated the two, and prefills after the first
- * in a process and longer prompts were not measured.
+ * Measured on the H200 with SmolLM3-3B BF16 (bench/thin-bench-prefill, prefills after the first
+ * in a session): 512 tokens in 21.1 ms against 52.3 through gemm.cu's kernel, 2048 in 126 against
+ * 251, 16 in 7.4 against 9.9. Its first product in a process costs about 0.1 s more, which
+ * gemm_lt_start pays on a helper thread while the weights go to the device (cuda_backend.cu).
  * CPU twin: op_matvec row by row (ops_cpu.c).
  */
 #include <cublasLt.h>
@@ -75,7 +72,7 @@ static const lt_api *lt_api_get(const char **why) {
     return api;
 }
 
-int thin_cuda_gemm_lt = 0;
+int thin_cuda_gemm_lt = THIN_CUDA_GEMM_AUTO;
 long thin_cuda_gemm_widen = 64l << 20;
 
 #define LT_WS_BYTES ((size_t)32 << 20)
@@ -157,7 +154,11 @@ void gemm_lt_destroy(gemm_lt *g) {
     free(g);
 }
 
-cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems, const char **why) {
+static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans, const void *B,
+                             uint32_t ldb, float *D, uint32_t ldd, uint32_t m, uint32_t n, uint32_t k,
+                             cudaStream_t st);
+
+cudaError_t gemm_lt_start(gemm_lt **out, const char **why) {
     *out = NULL;
     const lt_api *api = lt_api_get(why);
     if (!api) return cudaErrorNotSupported;
@@ -175,16 +176,39 @@ cudaError_t gemm_lt_create(gemm_lt **out, size_t x_elems, size_t w_elems, const 
         return e;
     }
     e = cudaMalloc(&g->ws, LT_WS_BYTES);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&g->xb, (x_elems ? x_elems : 8) * sizeof(__nv_bfloat16));
+    /* one small product (64 × 64 × 64, zeros) on a stream of its own: cuBLASLt's first product in a
+     * process costs about 0.1 s whatever its shape (on the H200 with SmolLM3-3B, a 16- and a
+     * 512-token prefill's first runs took 104 and 125 ms against 7 and 21 after; loading all its
+     * kernels at the start, CUDA_MODULE_LOADING=EAGER, did not remove it) */
+    void *buf = NULL;
+    cudaStream_t st = NULL;
+    const uint32_t d = 64;
+    const size_t ab = (size_t)d * d * sizeof(__nv_bfloat16);
+    if (e == cudaSuccess) e = cudaMalloc(&buf, 2 * ab + (size_t)d * d * sizeof(float));
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, 2 * ab + (size_t)d * d * sizeof(float), st);
+    if (e == cudaSuccess) e = lt_matmul(g, buf, d, 0, (const uint8_t *)buf + ab, d, (float *)((uint8_t *)buf + 2 * ab), d, d, d, d, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    if (st) cudaStreamDestroy(st);
+    if (buf) cudaFree(buf);
+    if (e != cudaSuccess) {
+        *why = e == cudaErrorUnknown ? api->GetStatusString(g->last) : cudaGetErrorString(e);
+        gemm_lt_destroy(g);
+        return e;
+    }
+    *out = g;
+    return cudaSuccess;
+}
+
+cudaError_t gemm_lt_scratch(gemm_lt *g, size_t x_elems, size_t w_elems, const char **why) {
+    cudaError_t e = cudaMalloc((void **)&g->xb, (x_elems ? x_elems : 8) * sizeof(__nv_bfloat16));
     if (e == cudaSuccess && w_elems) e = cudaMalloc((void **)&g->wb, w_elems * sizeof(__nv_bfloat16));
     if (e != cudaSuccess) {
         *why = cudaGetErrorString(e);
-        gemm_lt_destroy(g);
         return e;
     }
     g->x_elems = x_elems;
     g->w_elems = w_elems;
-    *out = g;
     return cudaSuccess;
 }
 
