@@ -21,6 +21,11 @@
  *    every head adds into every row, in no fixed order.
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
+ *
+ * The file also holds the attention block kernel (qao_kernel, opt-in THIN_CUDA_QAO=1), which does
+ * the q/k/v step's work as well, in the same grid without clusters; both share the attention + o
+ * tail (ao_tail). On the H200 it measured slower than the q/k/v matvec and this kernel (see its
+ * comment and bench/results/decode-notes.md).
  */
 #include <cooperative_groups.h>
 

@@ -292,9 +292,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *ao = getenv("THIN_CUDA_ATTN_O");
     thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
-    const char *qao = getenv("THIN_CUDA_QAO"); /* 0: q/k/v apart from the attention + o kernel;
-                                                  2: its clusters in the default scheduling */
-    thin_cuda_qao = qao && *qao ? atoi(qao) : 0;
+    const char *qao = getenv("THIN_CUDA_QAO"); /* 1: the attention block kernel (opt-in) */
+    thin_cuda_qao = qao && strcmp(qao, "1") == 0;
     const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt" or "own": the prefill GEMMs (default: by size) */
     thin_cuda_gemm_lt = !gm || !*gm ? THIN_CUDA_GEMM_AUTO
                         : strcmp(gm, "lt") == 0 ? THIN_CUDA_GEMM_LT

@@ -499,11 +499,15 @@ cudaError_t launch_gemm_lt(gemm_lt *g, const dmat *w, const float *x, uint32_t l
 const char *gemm_lt_status(const gemm_lt *g);
 /* The prefill's linears: through cuBLASLt where it takes the shape (THIN_CUDA_GEMM_LT), through
  * gemm.cu's kernel (THIN_CUDA_GEMM_OWN), or (THIN_CUDA_GEMM_AUTO, the default) through cuBLASLt
- * when the model's weights reach LT_AUTO_BYTES and the library loads, else gemm.cu's kernel
- * without a message (a small model's prefill does not repay the library's load). Env
- * THIN_CUDA_GEMM=lt or own. */
+ * for batches of LT_AUTO_ROWS rows or more when the model's weights reach LT_AUTO_BYTES and the
+ * library loads, else gemm.cu's kernel without a message (a small model's prefill does not repay
+ * the library's load). cuBLASLt's first products at a new batch size cost time (a heuristic
+ * query and the kernels' first launch per shape): on the H200 with SmolLM3-3B BF16 a process's
+ * first 16-token prefill took 30.2 ms through it against 15.0 through gemm.cu's kernel, its
+ * first 512-token one 35.6 against 57.3 (bench/thin-bench-prefill). Env THIN_CUDA_GEMM=lt or own. */
 enum { THIN_CUDA_GEMM_OWN = 0, THIN_CUDA_GEMM_LT = 1, THIN_CUDA_GEMM_AUTO = 2 };
 #define LT_AUTO_BYTES ((size_t)256 << 20)
+#define LT_AUTO_ROWS 256u
 extern int thin_cuda_gemm_lt;
 /* Most BF16 values of an FP8 weight widened at once for cuBLASLt (env THIN_CUDA_GEMM_WIDEN; default
  * 64 Mi: a larger one, such as an FP8 LM head, goes in blocks of rows; a transposed one goes whole). */

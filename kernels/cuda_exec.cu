@@ -77,11 +77,12 @@ static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
     return 0;
 }
 
-/* A prefill linear over n rows: cuBLASLt where it takes the shape, else gemm.cu's kernel (the
- * caller transposes a transposed weight back for it). 1: not taken by either here. */
+/* A prefill linear over n rows: cuBLASLt where it takes the shape (by default only from
+ * LT_AUTO_ROWS rows), else gemm.cu's kernel (the caller transposes a transposed weight back for
+ * it). 1: not taken by either here. */
 static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                 float *resid, uint32_t ldr, uint32_t n) {
-    if (s->lt) {
+    if (s->lt && (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT || n >= LT_AUTO_ROWS)) {
         const cudaError_t e = launch_gemm_lt(s->lt, w, x, ldx, out, ldo, resid, ldr, n, s->st);
         if (e == cudaSuccess) return 0;
         if (e == cudaErrorUnknown) return cuda_failf(s, "cuBLASLt: %s", gemm_lt_status(s->lt));
