@@ -79,7 +79,7 @@ static __host__ __device__ inline ao_layout ao_layout_of(uint32_t hd, int kv_dty
     return l;
 }
 
-/* How the blocks of a head meet in ao_tail: through the cluster (part NULL), or (the attention
+/* How the blocks of a head meet in ao_tail: through the cluster (GL false), or (GL, the attention
  * block kernel, no clusters) through global memory: each block's partial at part + (h · 8 + rank) ·
  * (head_dim + 4), counted in pcnt[h] (each launch adds 8; epoch: the launch), and the residual add
  * only once count (the blocks that have read the residual) reaches target. */
