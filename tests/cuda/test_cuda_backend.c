@@ -7,7 +7,7 @@
  * sampling; also SmolLM3's attention shape (head_dim 128, 4 query heads per KV head), the
  * decode attention in 32-position splits (several blocks per cluster, several clusters), FP8
  * o-projections (the attention + o kernel's FP8 rows) and FP8 q, k, v (the attention block
- * kernel's).
+ * kernel's), and (run_heads) one query head per KV head and head_dim 256.
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -333,6 +333,21 @@ static void run_all(const char *tag) {
 #undef CASE
 }
 
+/* Attention shapes beyond the standard cases' four query heads per KV head: one query head per KV
+ * head with head_dim 128 (the attention block kernel's warps take two K/V pairs each) and two
+ * with head_dim 256 (two q pairs a warp). */
+static void run_heads(const char *tag) {
+    const char *only = getenv("THIN_CUDA_TEST_ONLY");
+    if (only && strncmp(tag, only, strlen(only)) != 0) return;
+    char lab[160];
+#define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
+    H = 512, NH = 4, NKV = 4, HD = 128, I = 688, V = 1000;
+    CASE("MHA hd128 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    H = 512, NH = 2, NKV = 1, HD = 256;
+    CASE("hd256 BF16 w, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32, 2e-3, 4e-2);
+#undef CASE
+}
+
 int main(void) {
     if (!cuda_backend_available()) {
         printf("test_cuda_backend: no CUDA device: skipped\n");
@@ -402,7 +417,9 @@ int main(void) {
      * dtype. */
     setenv("THIN_CUDA_QAO", "1", 1);
     run_all("attention block kernel: ");
+    run_heads("attention block kernel: ");
     unsetenv("THIN_CUDA_QAO");
+    run_heads("other head shapes: ");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
