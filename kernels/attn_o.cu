@@ -240,10 +240,12 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
     if constexpr (!GL) cluster_wait(); /* no block leaves while another still reads its partial */
 }
 
-/* Where a block of either kernel works: positions [start, end) of npos (chunk a block), o rows
- * [r0, r0 + nr), and its K/V rows before *pos requested (one cp.async commit group). */
+/* Where a block of either kernel works: positions [start, end) of npos (chunk a block; pos0 the
+ * token's), o rows [r0, r0 + nr). */
 struct ao_span {
     uint32_t pos0, npos, chunk, start, end, len, r0, nr;
+    /* whether the span holds the token's own position, whose K/V row the token stores */
+    __device__ __forceinline__ bool has_newest() const { return pos0 >= start && pos0 < end; }
 };
 __device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t rank) {
     ao_span s;
@@ -276,7 +278,7 @@ struct ao_cache {
     }
     /* the newest row (*pos, written by another kernel or block) when the span holds it */
     __device__ __forceinline__ void newest(const ao_span &s, uint8_t *ks, uint8_t *vs) const {
-        if (s.pos0 < s.start || s.pos0 >= s.end) return;
+        if (!s.has_newest()) return;
         const uint32_t i = s.pos0 - s.start;
         ad_load_row(ks + i * ah_krow(HD, KDT), vs + i * HD * ESZ, kc + (size_t)s.pos0 * pstride,
                     vc + (size_t)s.pos0 * pstride, VPR, AO_THREADS);
@@ -487,16 +489,15 @@ __global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
     __syncthreads(); /* this block's q rows are read */
     /* 6. the o rows into the q rows' space; the head's q and the newest K/V row once in */
     const float4 sc4 = ao_request_o<WDT, HD>(p.ao, s, h, smb + L.w);
-    const bool newest = s.pos0 >= s.start && s.pos0 < s.end;
     if (tid == 0) {
         while (ld_acquire64(qcnt + h) < (sy.epoch + 1) * HALF) __nanosleep(20);
-        if (newest)
+        if (s.has_newest())
             while (ld_acquire64(kvcnt + kh) < (sy.epoch + 1) * HD) __nanosleep(20);
     }
     __syncthreads();
     const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
     for (uint32_t i = tid; i < HD / 4; i += AO_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
-    if (newest) kv.newest(s, smb + L.k, smb + L.v);
+    kv.newest(s, smb + L.k, smb + L.v);
     asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
     __syncthreads();
     ao_tail<KDT, WDT, DPL, true>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_QAO);
@@ -621,8 +622,7 @@ static cudaError_t qao_prepare(const qao_args *p, qao_args *a, size_t *smem) {
     const attn_args &t = p->ao.a;
     if (!qao_supported(t.n_heads, t.n_kv, t.head_dim, t.kv_dtype, &p->mv.seg[0].w, &p->mv.seg[1].w,
                        &p->mv.seg[2].w, &p->ao.o) ||
-        t.chunk_max == 0 || t.chunk_max > AO_CHUNK_MAX || p->mv.nseg != 3 || !p->mv.rope || !p->count ||
-        !p->part)
+        t.chunk_max == 0 || t.chunk_max > AO_CHUNK_MAX || p->mv.nseg != 3 || !p->mv.rope)
         return cudaErrorInvalidValue;
     *a = *p;
     a->ao.rows_per = ao_rows_per(a->ao.o.rows);
@@ -636,6 +636,7 @@ static cudaError_t qao_prepare(const qao_args *p, qao_args *a, size_t *smem) {
 cudaError_t launch_qao(const qao_args *p, cudaStream_t st) {
     qao_args a;
     size_t smem;
+    if (!p->count || !p->part) return cudaErrorInvalidValue;
     cudaError_t e = qao_prepare(p, &a, &smem);
     if (e != cudaSuccess) return e;
     return ao_dispatch(a.ao.a.kv_dtype, a.ao.o.dtype, a.ao.a.head_dim, qao_launcher{a, smem, st, nullptr});

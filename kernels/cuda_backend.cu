@@ -219,16 +219,10 @@ static int check_plan(cuda_session *s, uint32_t max_ctx) {
 }
 
 /* Whether the prefill's linears should go through cuBLASLt (thin_cuda_gemm_lt; AUTO: the model's
- * weights reach LT_AUTO_BYTES); only sessions with a prefill (several rows) use it. */
+ * weights read per token reach LT_AUTO_BYTES); only sessions with a prefill (several rows) use it. */
 static int wants_lt(const cuda_session *s) {
     if (s->max_batch < 2 || thin_cuda_gemm_lt == THIN_CUDA_GEMM_OWN) return 0;
-    if (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT) return 1;
-    size_t bytes = 0;
-    for (uint32_t i = 0; i < s->p->n_ops; i++) {
-        const thin_wmat *w = &s->p->ops[i].w;
-        if (w->data) bytes += (size_t)w->rows * w->cols * thin_dtype_size(w->dtype);
-    }
-    return bytes >= LT_AUTO_BYTES;
+    return thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT || s->p->weight_bytes >= LT_AUTO_BYTES;
 }
 
 /* The helper thread: cuBLASLt's library load and start-up (about 0.6 s on the GPU machine) while

@@ -626,7 +626,8 @@ int qao_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dty
                   const dmat *v, const dmat *o);
 /* Its shared memory for a chunk of `chunk` positions per block (before smem_min). */
 size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, uint32_t chunk);
-/* Its blocks an SM at most (the whole grid, 8 n_heads blocks, must be resident at once). */
+/* Its blocks an SM at most (the whole grid, 8 n_heads blocks, must be resident at once); count and
+ * part are not needed for it. */
 cudaError_t qao_per_sm(const qao_args *a, int *per_sm);
 /* env THIN_CUDA_QAO=1: the attention block kernel where it fits, 0: the q/k/v matvec and the
  * attention + o kernel. */

@@ -228,6 +228,15 @@ static int attn_o_fusable(const cuda_session *s, const step *a, const step *l) {
     return attn_o_supported(at->n_heads, at->n_kv_heads, at->head_dim, p->kv_dtype, &s->w[s->op_w[l->lin[0]]]);
 }
 
+/* Dynamic shared memory a block may ask for: the device's opt-in limit less 1 KiB for the kernels'
+ * static shared memory. */
+static int smem_block_max(cuda_session *s, size_t *out) {
+    int optin = 0;
+    CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    *out = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0;
+    return 0;
+}
+
 /* Marks every (attention, o + add) pair of steps for the attention + o kernel and sets the short
  * decode form's limit: positions below ATTN_O_CLUSTER × attn_o_chunk, from thin_cuda_attn_o,
  * within the context and what shared memory holds. */
@@ -235,9 +244,8 @@ static int fuse_attn_o(cuda_session *s) {
     long want = thin_cuda_attn_o;
     if (want <= 0) return 0;
     if ((uint64_t)want > s->max_ctx) want = (long)s->max_ctx;
-    int optin = 0;
-    CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    const size_t smem_max = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* room for static shared memory */
+    size_t smem_max;
+    if (smem_block_max(s, &smem_max)) return -1;
     uint32_t chunk = (uint32_t)((want + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER);
     int any = 0;
     for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
@@ -266,10 +274,10 @@ static int fuse_attn_o(cuda_session *s) {
  * on). */
 static int fuse_qao(cuda_session *s) {
     if (!thin_cuda_qao || !s->attn_o_chunk) return 0;
-    int optin = 0, per_sm_smem = 0;
-    CK(s, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    size_t smem_max;
+    int per_sm_smem = 0;
+    if (smem_block_max(s, &smem_max)) return -1;
     CK(s, cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
-    const size_t smem_max = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0;
     s->qao_smem_min = (uint32_t)per_sm_smem / 2; /* two such blocks do not fit an SM */
     size_t part = 0;
     for (uint32_t i = 0; i + 2 < s->n_steps; i++) {
@@ -283,14 +291,7 @@ static int fuse_qao(cuda_session *s) {
             (uint64_t)ATTN_O_CLUSTER * at->n_heads > (uint64_t)s->n_sm)
             continue;
         qao_args qa;
-        memset(&qa, 0, sizeof qa);
-        linear_args(s, l, 0, 1, &qa.mv);
-        attn_common(s, a, &qa.ao.a);
-        qa.ao.a.chunk_max = s->attn_o_chunk;
-        qa.ao.o = *ow;
-        qa.count = (unsigned long long *)16; /* checked for presence only */
-        qa.part = (float *)16;
-        qa.smem_min = s->qao_smem_min;
+        qao_args_of(s, l, &qa);
         int per_sm = 0;
         if (qao_per_sm(&qa, &per_sm) != cudaSuccess) {
             cudaGetLastError();

@@ -135,20 +135,24 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
     return 0;
 }
 
+void qao_args_of(const cuda_session *s, const step *st, qao_args *q) {
+    const step *at = &s->steps[st->attn_step], *ol = at + 1;
+    memset(q, 0, sizeof *q);
+    linear_args(s, st, 0, 1, &q->mv);
+    attn_common(s, at, &q->ao.a);
+    q->ao.a.chunk_max = s->attn_o_chunk;
+    q->ao.o = s->w[s->op_w[ol->lin[0]]];
+    q->ao.resid = row_of(s, s->p->ops[ol->add_op].out, 0);
+    if (s->d_qaocnt) q->count = s->d_qaocnt + (size_t)(st - s->steps) * s->qao_stride;
+    q->part = s->d_qaopart;
+    q->smem_min = s->qao_smem_min;
+}
+
 /* The attention block kernel for one row: q, k, v step st, the attention step after it and that
  * one's o-projection step. */
 static int run_qao(cuda_session *s, const step *st) {
-    const step *at = &s->steps[st->attn_step], *ol = at + 1;
     qao_args q;
-    memset(&q, 0, sizeof q);
-    linear_args(s, st, 0, 1, &q.mv);
-    attn_common(s, at, &q.ao.a);
-    q.ao.a.chunk_max = s->attn_o_chunk;
-    q.ao.o = s->w[s->op_w[ol->lin[0]]];
-    q.ao.resid = row_of(s, s->p->ops[ol->add_op].out, 0);
-    q.count = s->d_qaocnt + (size_t)(st - s->steps) * s->qao_stride;
-    q.part = s->d_qaopart;
-    q.smem_min = s->qao_smem_min;
+    qao_args_of(s, st, &q);
     CK(s, launch_qao(&q, s->st));
     return 0;
 }

@@ -180,6 +180,9 @@ int stream_launch(cuda_session *s, const stream_run *r);
 /* cuda_exec.cu: the matvec arguments of linear step st for row r (fuse: with the decode's rope
  * and KV-store epilogue when planned). */
 void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a);
+/* The attention block kernel's arguments for q, k, v step st (its attention and o steps after it);
+ * count and part stay NULL until compile_steps has allocated them. */
+void qao_args_of(const cuda_session *s, const step *st, qao_args *q);
 /* The attention arguments of attention step st that do not depend on the kernel or the row count
  * (q, caches, output, head counts, position); the rest zero. */
 void attn_common(const cuda_session *s, const step *st, attn_args *t);

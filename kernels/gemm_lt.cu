@@ -31,7 +31,7 @@
 
 /* cuBLASLt is loaded when a session first asks for it (dlopen of the toolkit's shared library,
  * found through LD_LIBRARY_PATH or the run path the build sets), so that thin-run needs no more
- * than the driver unless THIN_CUDA_GEMM=lt is set. */
+ * than the driver: without the library the own GEMM runs. */
 #define LT_STR2(x) #x
 #define LT_STR(x) LT_STR2(x)
 #define LT_LIBRARY "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)

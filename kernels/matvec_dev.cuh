@@ -222,10 +222,10 @@ __device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<
 }
 
 /* Rope epilogue: rows (rr, rr + half) of segment s (scaled by e), rotated by rot (as op_rope),
- * written out and into the segment's cache row e.pos; returns the two rotated values. */
+ * written out and into the segment's cache row e.pos. */
 template <int DT>
-__device__ __forceinline__ float2 store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
-                                            float2 rot, const mv_epi<2> &e) {
+__device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
+                                           float2 rot, const mv_epi<2> &e) {
     const mv_seg &g = a.seg[s];
     const uint32_t half = a.head_dim / 2;
     x0 *= e.sc[0];
@@ -242,7 +242,6 @@ __device__ __forceinline__ float2 store_rope(const mv_args &a, int s, uint32_t r
         store_kv(g.cache, a.kv_dtype, o, y0);
         store_kv(g.cache, a.kv_dtype, o + half, y1);
     }
-    return make_float2(y0, y1);
 }
 
 /* Row pointers of logical row (unit) r: the pair's gate and up rows; with rope, rows a and

@@ -270,13 +270,19 @@ out:
 
 /* The cases on one kernel path (the per-op decode kernels with the MLP kernel, or without it, or
  * the persistent one). */
-static void run_all(const char *tag) {
-    /* env THIN_CUDA_TEST_ONLY=TEXT: only the passes whose tag starts with TEXT ("" for the first) */
+/* Whether the pass tagged `tag` is left out: env THIN_CUDA_TEST_ONLY=TEXT runs only the passes
+ * whose tag starts with TEXT ("" for the first, untagged, pass). */
+static int pass_skipped(const char *tag) {
     const char *only = getenv("THIN_CUDA_TEST_ONLY");
-    if (only && strncmp(tag, only, strlen(only)) != 0) return;
-    if (only && !*only && *tag) return;
-    char lab[160];
+    return only && (strncmp(tag, only, strlen(only)) != 0 || (!*only && *tag));
+}
+
+/* One case of a pass: its label is the pass's tag and the case's name (lab and tag in scope). */
 #define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
+
+static void run_all(const char *tag) {
+    if (pass_skipped(tag)) return;
+    char lab[160];
     H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
     CASE("F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     CASE("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
@@ -330,17 +336,14 @@ static void run_all(const char *tag) {
          2e-3, 4e-2);
     down_dt = 0;
     CASE("hidden 2048 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
-#undef CASE
 }
 
 /* Attention shapes beyond the standard cases' four query heads per KV head: one query head per KV
  * head with head_dim 128 (the attention block kernel's warps take two K/V pairs each) and two
  * with head_dim 256 (two q pairs a warp). */
 static void run_heads(const char *tag) {
-    const char *only = getenv("THIN_CUDA_TEST_ONLY"); /* as in run_all */
-    if (only && (strncmp(tag, only, strlen(only)) != 0 || (!*only && *tag))) return;
+    if (pass_skipped(tag)) return;
     char lab[160];
-#define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
     H = 512, NH = 4, NKV = 4, HD = 128, I = 688, V = 1000;
     CASE("MHA hd128 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     H = 512, NH = 2, NKV = 1, HD = 256;
