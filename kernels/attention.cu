@@ -460,6 +460,7 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st) {
         if (a->kv_dtype == THIN_DTYPE_BF16) return launch_decode_dt<THIN_DTYPE_BF16>(a, st);
         return launch_decode_dt<THIN_DTYPE_F32>(a, st);
     }
+    if (attn_prefill_fits(a, n)) return launch_attn_prefill(a, n, st);
     const int gm = attn_group_max(a);
     if (!gm) return launch_generic(a, n, st);
     if (a->kv_dtype == THIN_DTYPE_BF16) return launch_group_dt<THIN_DTYPE_BF16>(a, gm, n, st);

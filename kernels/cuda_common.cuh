@@ -209,6 +209,32 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
     return p;
 }
 
+/* ---- cp.async and tensor-core helpers (gemm.cu, attn_prefill.cu) ---- */
+
+/* 16 bytes global → shared; bytes (0..16) are read, the rest zero-filled. */
+__device__ __forceinline__ void gm_cp16(void *dst, const void *src, uint32_t bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+/* 4 bytes global → shared; bytes 0 or 4. */
+__device__ __forceinline__ void gm_cp4(void *dst, const void *src, uint32_t bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void gm_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* d += a (16×16 row-major, BF16) × b (16×8 col-major, BF16), F32 accumulators. */
+__device__ __forceinline__ void gm_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 /* ---- programmatic dependent launch ----
  * Kernels are launched so that the next one may start while the previous one drains: each kernel
  * lets its dependents launch at once (pdl_trigger) and waits for its predecessors to complete
@@ -563,6 +589,14 @@ struct attn_args {
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
+/* The prefill's attention on tensor cores (attn_prefill.cu): whether it takes a batch of n rows
+ * of a's shape (n > 1, BF16 cache, head_dim 32, 64, 128 or 256, thin_cuda_attn_tc), and its
+ * launch. launch_attention calls it where it fits. */
+int attn_prefill_fits(const attn_args *a, uint32_t n);
+cudaError_t launch_attn_prefill(const attn_args *a, uint32_t n, cudaStream_t st);
+/* thin_cuda_attn_tc = 0 (env THIN_CUDA_ATTN_TC=0): the prefill's attention through attention.cu's
+ * kernels (for comparisons). */
+extern int thin_cuda_attn_tc;
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u
 /* The decode (cluster) kernel's positions per split for contexts up to max_ctx over n_splits

@@ -54,32 +54,6 @@ template <int DT, int BN> struct gm_cfg {
     static_assert(BN * LDC * 4 <= GM_STAGES * STAGE, "the epilogue tile reuses the pipeline");
 };
 
-/* ---- PTX helpers ---- */
-
-/* 16 bytes global → shared; bytes (0..16) are read, the rest zero-filled. */
-__device__ __forceinline__ void gm_cp16(void *dst, const void *src, uint32_t bytes) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-/* 4 bytes global → shared; bytes 0 or 4. */
-__device__ __forceinline__ void gm_cp4(void *dst, const void *src, uint32_t bytes) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void gm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gm_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-/* d += a (16×16 row-major, BF16) × b (16×8 col-major, BF16), F32 accumulators. */
-__device__ __forceinline__ void gm_mma(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                       uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* ---- the kernel ---- */
 
 template <int DT, int BN>
