@@ -15,15 +15,16 @@
  * parts in 10^5 of the F32 kernels' (attention.cu) for twice the products, still a small part of
  * the prefill. Accumulation order differs from theirs, so results are not bit-identical.
  *
- * Takes BF16 caches with head_dim 32, 64, 128 or 256 (attn_prefill_fits); attention.cu's kernels
- * take every other shape, F32 caches and single rows. CPU twin: op_attention in ops_cpu.c.
+ * Takes BF16 caches with head_dim 32, 64, 128 or 256 (attn_prefill_fits) when switched on
+ * (THIN_CUDA_ATTN_TC=1; opt-in until it has been timed and checked on the GPU); attention.cu's
+ * kernels take every other shape, F32 caches and single rows. CPU twin: op_attention in ops_cpu.c.
  */
 #include "cuda_common.cuh"
 
 #define AP_BM 64                 /* query rows per block */
 #define AP_THREADS 128           /* four warps of 16 rows */
 
-int thin_cuda_attn_tc = 1;
+int thin_cuda_attn_tc = 0;
 
 /* Positions per K/V tile: 64, or 32 at head_dim 256 (shared memory). */
 __host__ __device__ constexpr int ap_bn(int hd) { return hd <= 128 ? 64 : 32; }

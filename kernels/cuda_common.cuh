@@ -590,12 +590,12 @@ struct attn_args {
 };
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* The prefill's attention on tensor cores (attn_prefill.cu): whether it takes a batch of n rows
- * of a's shape (n > 1, BF16 cache, head_dim 32, 64, 128 or 256, thin_cuda_attn_tc), and its
+ * of a's shape (thin_cuda_attn_tc, n > 1, BF16 cache, head_dim 32, 64, 128 or 256), and its
  * launch. launch_attention calls it where it fits. */
 int attn_prefill_fits(const attn_args *a, uint32_t n);
 cudaError_t launch_attn_prefill(const attn_args *a, uint32_t n, cudaStream_t st);
-/* thin_cuda_attn_tc = 0 (env THIN_CUDA_ATTN_TC=0): the prefill's attention through attention.cu's
- * kernels (for comparisons). */
+/* thin_cuda_attn_tc = 1 (env THIN_CUDA_ATTN_TC=1): the prefill's attention on tensor cores where
+ * it fits (opt-in: not yet timed or checked on the GPU); else attention.cu's kernels. */
 extern int thin_cuda_attn_tc;
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u

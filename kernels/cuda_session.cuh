@@ -60,28 +60,16 @@ typedef struct cuda_prof cuda_prof;
 typedef struct stream_run stream_run;
 
 /* Pinned staging for weight uploads: NSTAGE buffers cycled, each guarded by an event; the host
- * copy into a buffer is split over the caller and up to STAGE_THREADS - 1 helper threads. */
+ * copy into a buffer is split over a thread pool (tools/thin-run/pool.h) of up to STAGE_THREADS. */
 #define NSTAGE 3
 #define STAGE_BYTES ((size_t)32 << 20)
 #define STAGE_THREADS 8
-typedef struct stage_job { /* k rows of rb bytes, src_stride apart, to rows of pb bytes (zero padded) */
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t k, rb, pb, src_stride;
-} stage_job;
 typedef struct stager {
     void *buf[NSTAGE];
     cudaEvent_t ev[NSTAGE];
     int next;
     cudaStream_t st;
-    /* copy helpers: n_th threads, woken per job (gen), pending counts those not yet done */
-    pthread_t th[STAGE_THREADS];
-    int n_th, quit, pending;
-    unsigned gen;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    int sync_ok; /* mu, go and done initialised */
-    stage_job job;
+    struct pool *cp; /* NULL: the caller copies alone */
 } stager;
 
 struct cuda_session {

@@ -2,8 +2,8 @@
  * cuda_upload.cu — the plan's weights onto the device: each distinct weight (tied ones once)
  * becomes a dmat with rows padded to a multiple of 32 elements (zeros), copied through NSTAGE
  * pinned staging buffers so the host copy of one piece overlaps the DMA of the previous ones; the
- * host copy of a piece is split over helper threads (page faults and memory bandwidth of one core
- * would otherwise bound the load).
+ * host copy of a piece is split over a thread pool (the page faults and memory bandwidth of one
+ * core would otherwise bound the load).
  * A dmat is a (row range, column range) block of the full matrix, so a split over devices uploads
  * each device's block with the same code.
  */
@@ -14,11 +14,23 @@
 
 #include "cuda_session.cuh"
 
+extern "C" {
+#include "../tools/thin-run/pool.h"
+}
+
 static size_t esize(int dt) { return thin_dtype_size((thin_dtype)dt); }
 
-/* Rows [k t / parts, k (t + 1) / parts) of the job: part t of `parts`. */
-static void job_part(const stage_job *j, int t, int parts) {
-    const size_t a = j->k * (size_t)t / (size_t)parts, b = j->k * (size_t)(t + 1) / (size_t)parts;
+/* k rows of rb bytes, src_stride apart, to rows of pb bytes (zero padded). */
+struct stage_job {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t k, rb, pb, src_stride;
+};
+
+/* Rows [k part / n, k (part + 1) / n) of the job (a pool_fn). */
+static void job_part(void *arg, unsigned part, unsigned n) {
+    const stage_job *j = (const stage_job *)arg;
+    const size_t a = j->k * part / n, b = j->k * (part + 1) / n;
     if (j->pb == j->rb && j->src_stride == j->rb) {
         memcpy(j->dst + a * j->pb, j->src + a * j->rb, (b - a) * j->rb);
         return;
@@ -29,78 +41,13 @@ static void job_part(const stage_job *j, int t, int parts) {
     }
 }
 
-struct stage_worker {
-    stager *g;
-    int t;
-};
-
-static void *stage_thread(void *arg) {
-    stager *g = ((stage_worker *)arg)->g;
-    const int t = ((stage_worker *)arg)->t;
-    free(arg);
-    unsigned seen = 0;
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        while (!g->quit && g->gen == seen) pthread_cond_wait(&g->go, &g->mu);
-        if (g->quit) break;
-        seen = g->gen;
-        const stage_job j = g->job;
-        pthread_mutex_unlock(&g->mu);
-        job_part(&j, t + 1, g->n_th + 1);
-        pthread_mutex_lock(&g->mu);
-        if (--g->pending == 0) pthread_cond_signal(&g->done);
-    }
-    pthread_mutex_unlock(&g->mu);
-    return NULL;
-}
-
-/* The job's rows, split over the caller and the helpers (the caller alone for small jobs). */
-static void stage_copy(stager *g, const stage_job *j) {
-    if (!g->n_th || j->k * j->pb < ((size_t)1 << 20)) {
-        job_part(j, 0, 1);
-        return;
-    }
-    pthread_mutex_lock(&g->mu);
-    g->job = *j;
-    g->pending = g->n_th;
-    g->gen++;
-    pthread_cond_broadcast(&g->go);
-    pthread_mutex_unlock(&g->mu);
-    job_part(j, 0, g->n_th + 1);
-    pthread_mutex_lock(&g->mu);
-    while (g->pending) pthread_cond_wait(&g->done, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-}
-
-/* Helper threads for the host copies: env THIN_CUDA_UPLOAD_THREADS (1: the caller alone), by
- * default one per two online CPUs, at most STAGE_THREADS in all. A helper that cannot start
- * leaves fewer. */
-static void stager_threads(stager *g) {
+/* The copy pool's threads: env THIN_CUDA_UPLOAD_THREADS (1: the caller alone), by default one
+ * per two online CPUs, at most STAGE_THREADS. Without a pool the caller copies alone. */
+static pool *stage_pool(void) {
     const char *e = getenv("THIN_CUDA_UPLOAD_THREADS");
     long n = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN) / 2;
     if (n > STAGE_THREADS) n = STAGE_THREADS;
-    if (n < 2) return;
-    if (pthread_mutex_init(&g->mu, NULL)) return;
-    if (pthread_cond_init(&g->go, NULL)) {
-        pthread_mutex_destroy(&g->mu);
-        return;
-    }
-    if (pthread_cond_init(&g->done, NULL)) {
-        pthread_cond_destroy(&g->go);
-        pthread_mutex_destroy(&g->mu);
-        return;
-    }
-    g->sync_ok = 1;
-    for (int i = 0; i < n - 1; i++) {
-        stage_worker *w = (stage_worker *)malloc(sizeof *w);
-        if (!w) break;
-        w->g = g, w->t = i;
-        if (pthread_create(&g->th[i], NULL, stage_thread, w)) {
-            free(w);
-            break;
-        }
-        g->n_th = i + 1; /* a helper reads n_th only once a job has set gen, after this */
-    }
+    return n >= 2 ? pool_new((unsigned)n) : NULL;
 }
 
 static int stager_init(cuda_session *s, stager *g) {
@@ -110,21 +57,12 @@ static int stager_init(cuda_session *s, stager *g) {
         CK(s, cudaHostAlloc(&g->buf[i], STAGE_BYTES, cudaHostAllocDefault));
         CK(s, cudaEventCreateWithFlags(&g->ev[i], cudaEventDisableTiming));
     }
-    stager_threads(g);
+    g->cp = stage_pool();
     return 0;
 }
 
 static void stager_free(stager *g) {
-    if (g->sync_ok) {
-        pthread_mutex_lock(&g->mu);
-        g->quit = 1;
-        pthread_cond_broadcast(&g->go);
-        pthread_mutex_unlock(&g->mu);
-        for (int i = 0; i < g->n_th; i++) pthread_join(g->th[i], NULL);
-        pthread_cond_destroy(&g->done);
-        pthread_cond_destroy(&g->go);
-        pthread_mutex_destroy(&g->mu);
-    }
+    pool_free(g->cp);
     if (g->st) cudaStreamSynchronize(g->st);
     for (int i = 0; i < NSTAGE; i++) {
         if (g->buf[i]) cudaFreeHost(g->buf[i]);
@@ -149,7 +87,8 @@ static int stage_rows(cuda_session *s, stager *g, void *dev, const void *src, ui
         uint8_t *dst = (uint8_t *)g->buf[b];
         const stage_job j = {dst, (const uint8_t *)src + ((r0 + r) * src_cols + c0) * esz, (size_t)k,
                              rb, pb, (size_t)src_cols * esz};
-        stage_copy(g, &j);
+        if (g->cp && j.k * j.pb >= ((size_t)1 << 20)) pool_run(g->cp, job_part, (void *)&j);
+        else job_part((void *)&j, 0, 1);
         CK(s, cudaMemcpyAsync((uint8_t *)dev + r * pb, dst, (size_t)k * pb, cudaMemcpyHostToDevice,
                               g->st));
         CK(s, cudaEventRecord(g->ev[b], g->st));
