@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench-cpu-run.sh — CPU decode speed of thin-run on a Llama-shaped model with random BF16
-# weights (about 0.8 GiB), next to the machine's memcpy bandwidth.
+# bench-cpu-run.sh — CPU decode and prefill speed of thin-run on a Llama-shaped model with random
+# BF16 weights (about 0.8 GiB), next to the machine's memcpy bandwidth.
 #
 #   sh bench/bench-cpu-run.sh [BIN_DIR]      (default build/bin; needs python3 and cc)
 #
@@ -103,6 +103,19 @@ print("%-8s %-8s %12.2f %12.3f %10.2f %14.2f" % (sys.argv[2], sys.argv[3], r["de
       r["load_s"], gb * r["decode_tok_s"]))
 PY
     done
+done
+# ---- prefill: a prompt of PROMPT ids, batched (each weight read once per batch of tokens) ----
+PROMPT=${PROMPT:-128}
+IDS=$(seq 1 "$PROMPT" | tr '\n' ' ')
+printf '%-8s %-8s %16s\n' threads kv "prefill_tok/s($PROMPT)"
+for th in 1 2; do
+    "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --ids "$IDS" -t 0 -n 1 \
+        --json > "$W/r.json"
+    python3 - "$W/r.json" $th <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%-8s %-8s %16.2f" % (sys.argv[2], r["kv_dtype"].lower(), r["prefill_tok_s"]))
+PY
 done
 # verify-on-load cost (thin-run's default)
 "$BIN/thin-run" "$W/m.thin" --device cpu --ids 1 -n 1 -t 0 --json > "$W/r.json"

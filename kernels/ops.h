@@ -48,6 +48,12 @@ void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t he
 /* y[r] = sum_c W[r][c] * x[c] for r in [r0, r1) (F32 accumulation). Threads split rows. */
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1);
 
+/* op_matvec for nb vectors at once, x_i = x + i * ldx into y_i = y + i * ldy, each weight row read
+ * once for all of them: every y_i[r] is computed exactly as op_matvec computes it (the same
+ * operations in the same order), so the results are identical bit for bit. */
+void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
+               uint64_t r0, uint64_t r1);
+
 /* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within each head of head_dim,
  * dims i and i + head_dim/2 rotate by angle pos * theta^(-2i/head_dim), i < head_dim/2.
  * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. */

@@ -153,6 +153,52 @@ static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n)
     default: return dot_row_t(row, THIN_DTYPE_F8_E4M3, x, n);
     }
 }
+
+/* dot_row_t of one row against four vectors (x + k * ldx), each weight piece loaded and widened
+ * once: each vector's sums run in exactly dot_row_t's order, so each out[k] equals its result. */
+static inline __attribute__((always_inline)) void dot4_t(const void *row, thin_dtype dt,
+                                                          const float *x, uint64_t ldx, uint64_t n,
+                                                          float *out) {
+    __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) a0[k] = a1[k] = _mm256_setzero_ps();
+    uint64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        const __m256 w0 = load8(row, dt, c), w1 = load8(row, dt, c + 8);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            a0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), a0[k]);
+            a1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * ldx + c + 8), a1[k]);
+        }
+    }
+    for (; c + 8 <= n; c += 8) {
+        const __m256 w0 = load8(row, dt, c);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) a0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * ldx + c), a0[k]);
+    }
+    for (int k = 0; k < 4; k++) out[k] = hsum8(_mm256_add_ps(a0[k], a1[k]));
+    float kf = dt == THIN_DTYPE_F8_E4M3 ? 0x1p-8f : 1.0f;
+    for (; c < n; c++) {
+        float wv;
+        switch (dt) {
+        case THIN_DTYPE_F32: wv = ((const float *)row)[c]; break;
+        case THIN_DTYPE_BF16: wv = bf16_to_f32(((const uint16_t *)row)[c]); break;
+        case THIN_DTYPE_F16: wv = f16_to_f32(((const uint16_t *)row)[c]); break;
+        default: wv = e4m3_table()[((const uint8_t *)row)[c]]; break;
+        }
+        for (int k = 0; k < 4; k++) out[k] += wv * kf * x[k * ldx + c];
+    }
+}
+
+static void dot4(const void *row, thin_dtype dt, const float *x, uint64_t ldx, uint64_t n,
+                 float *out) {
+    switch (dt) {
+    case THIN_DTYPE_F32: dot4_t(row, THIN_DTYPE_F32, x, ldx, n, out); break;
+    case THIN_DTYPE_BF16: dot4_t(row, THIN_DTYPE_BF16, x, ldx, n, out); break;
+    case THIN_DTYPE_F16: dot4_t(row, THIN_DTYPE_F16, x, ldx, n, out); break;
+    default: dot4_t(row, THIN_DTYPE_F8_E4M3, x, ldx, n, out); break;
+    }
+}
 #else
 static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
     float s = 0.0f;
@@ -174,6 +220,12 @@ static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n)
     }
     return s;
 }
+
+/* The portable dot4: dot_row per vector (the weight row stays in cache after the first). */
+static void dot4(const void *row, thin_dtype dt, const float *x, uint64_t ldx, uint64_t n,
+                 float *out) {
+    for (int k = 0; k < 4; k++) out[k] = dot_row(row, dt, x + k * ldx, n);
+}
 #endif
 
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
@@ -187,6 +239,34 @@ void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64
         float s = dot_row(base + r * W->cols * esz, W->dtype, x, W->cols);
         if (W->dtype == THIN_DTYPE_F8_E4M3) s *= k * (W->scale ? W->scale[r] : 1.0f);
         y[r] = s;
+    }
+}
+
+void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
+               uint64_t r0, uint64_t r1) {
+    size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    const uint8_t *base = (const uint8_t *)W->data;
+    float k = 1.0f;
+#ifdef OPS_AVX2
+    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* as op_matvec */
+#endif
+    for (uint64_t r = r0; r < r1; r++) {
+        const uint8_t *row = base + r * W->cols * esz;
+        const float f = W->dtype == THIN_DTYPE_F8_E4M3 ? k * (W->scale ? W->scale[r] : 1.0f) : 1.0f;
+        uint32_t i = 0;
+        for (; i + 4 <= nb; i += 4) {
+            float s[4];
+            dot4(row, W->dtype, x + i * ldx, ldx, W->cols, s);
+            for (int j = 0; j < 4; j++) {
+                if (W->dtype == THIN_DTYPE_F8_E4M3) s[j] *= f;
+                y[(i + j) * ldy + r] = s[j];
+            }
+        }
+        for (; i < nb; i++) {
+            float s = dot_row(row, W->dtype, x + i * ldx, W->cols);
+            if (W->dtype == THIN_DTYPE_F8_E4M3) s *= f;
+            y[i * ldy + r] = s;
+        }
     }
 }
 

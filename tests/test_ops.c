@@ -97,6 +97,34 @@ static void test_matvec_all_dtypes(void **state) {
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) check_matvec(dts[d], 13, cols[c]);
 }
 
+/* op_matmat against op_matvec, bit for bit: nb vectors (1..9: whole groups of four and the rest),
+ * rows split in two calls, every dtype, column counts with and without vector tails. */
+static void test_matmat_equals_matvec(void **state) {
+    (void)state;
+    thin_dtype dts[] = {THIN_DTYPE_F32, THIN_DTYPE_F16, THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3};
+    uint64_t cols[] = {1, 7, 8, 16, 37, 64, 259};
+    enum { ROWS = 11, NB = 9 };
+    for (size_t d = 0; d < 4; d++)
+        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+            const uint64_t n = cols[c], ldx = n + 3, ldy = ROWS + 2;
+            float scale[ROWS];
+            thin_wmat W = {make_matrix(dts[d], ROWS, n, scale), dts[d],
+                           dts[d] == THIN_DTYPE_F8_E4M3 ? scale : NULL, ROWS, n};
+            float *x = malloc(NB * ldx * sizeof(float)), y[NB * (ROWS + 2)], want[ROWS];
+            for (uint64_t i = 0; i < NB * ldx; i++) x[i] = frand();
+            for (uint32_t nb = 1; nb <= NB; nb++) {
+                op_matmat(y, ldy, &W, x, ldx, nb, 0, 5);
+                op_matmat(y, ldy, &W, x, ldx, nb, 5, ROWS);
+                for (uint32_t i = 0; i < nb; i++) {
+                    op_matvec(want, &W, x + i * ldx, 0, ROWS);
+                    assert_memory_equal(y + i * ldy, want, sizeof want);
+                }
+            }
+            free((void *)W.data);
+            free(x);
+        }
+}
+
 static void test_rmsnorm(void **state) {
     (void)state;
     float x[5] = {1, -2, 3, -4, 5}, w[5] = {1, 2, 1, 0.5f, 1}, out[5];
@@ -213,6 +241,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_element_decoding),
         cmocka_unit_test(test_matvec_all_dtypes),
+        cmocka_unit_test(test_matmat_equals_matvec),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_head_rmsnorm),
         cmocka_unit_test(test_rope),

@@ -198,11 +198,47 @@ static void test_bf16_weights_track_f32(void **state) {
     free(ref);
 }
 
+/* A prompt runs in batches (each linear reading its weights once per batch): its logits must be
+ * those of the same tokens run one at a time, bit for bit, for every weight and cache dtype. */
+static void test_batched_equals_token_by_token(void **state) {
+    fixture *fx = *state;
+    int32_t seq[POSITIONS + 1];
+    golden_ids(fx, "once_upon_a_time", "sequence ", seq, POSITIONS + 1);
+    const char *paths[] = {fx->f32_path, fx->bf16_path};
+    const thin_dtype kvs[] = {THIN_DTYPE_F32, THIN_DTYPE_BF16};
+    enum { N = 37 }; /* four batches and a part one */
+    float *one = malloc((size_t)N * VOCAB * sizeof *one);
+    assert_non_null(one);
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 2; k++) {
+            model m;
+            model_open(&m, paths[f], kvs[k]);
+            float *all = malloc((size_t)N * VOCAB * sizeof *all);
+            int32_t am[N], am1;
+            assert_non_null(all);
+            assert_int_equal(cpu_session_forward(m.s, seq, N, 0, all, am), 0);
+            assert_memory_equal(cpu_session_logits(m.s), all + (size_t)(N - 1) * VOCAB,
+                                VOCAB * sizeof(float));
+            for (uint32_t p = 0; p < N; p++) {
+                assert_int_equal(cpu_session_forward(m.s, &seq[p], 1, p, one + (size_t)p * VOCAB, &am1), 0);
+                assert_int_equal(am1, am[p]);
+            }
+            assert_memory_equal(all, one, (size_t)N * VOCAB * sizeof(float));
+            /* and a batch that starts past position 0 (a later turn of a chat) */
+            assert_int_equal(cpu_session_forward(m.s, seq + 11, 13, 11, all, NULL), 0);
+            assert_memory_equal(all, one + (size_t)11 * VOCAB, (size_t)13 * VOCAB * sizeof(float));
+            free(all);
+            model_close(&m);
+        }
+    free(one);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_greedy_ids_f32),
         cmocka_unit_test(test_golden_logits_f32),
         cmocka_unit_test(test_bf16_weights_track_f32),
+        cmocka_unit_test(test_batched_equals_token_by_token),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,6 @@
 /*
- * exec_cpu.c — the CPU backend (exec_cpu.h, backend.h): the tape interpreted op by op.
+ * exec_cpu.c — the CPU backend (exec_cpu.h, backend.h): the tape interpreted op by op, a prompt's
+ * tokens in batches whose linears read each weight once for the whole batch.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,70 +11,92 @@
 #include "ops.h"
 #include "pool.h"
 
-/* Below this many weights a matrix-vector product runs on the calling thread alone. */
+/* Below this many weights a matrix product runs on the calling thread alone. */
 #define PARALLEL_MIN_WEIGHTS ((uint64_t)1 << 16)
+/* Rows of a batch: a prompt runs CPU_BATCH tokens at a time, each linear reading its weights once
+ * for all of them (op_matmat). Every row's arithmetic is that of one token run alone, so the
+ * results are identical bit for bit to token-by-token runs. */
+#define CPU_BATCH 8
 
 struct cpu_session {
     const plan *p;
     uint32_t max_ctx;
-    float **buf;       /* n_bufs activation buffers, buf[i] holds p->buf_sizes[i] floats */
+    float **buf;       /* n_bufs activation buffers, buf[i] holds CPU_BATCH rows of
+                          p->buf_sizes[i] floats (row j of a batch at buf[i] + j * buf_sizes[i]) */
     void **kcache;     /* n_layers caches, (max_ctx, n_kv_heads * head_dim) of kv_dtype */
     void **vcache;     /* same shape as kcache */
     uint64_t *kv_dim;  /* per layer: n_kv_heads * head_dim of its attention op */
     float *scratch;    /* (max_ctx) attention scores */
+    uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
     pool *pool;
 };
 
-typedef struct matvec_job {
+typedef struct matmat_job {
     float *y;
+    uint64_t ldy, ldx;
     const thin_wmat *w;
     const float *x;
-} matvec_job;
+    uint32_t nb;
+} matmat_job;
 
-static void matvec_part(void *arg, unsigned part, unsigned n_parts) {
-    const matvec_job *j = arg;
+static void matmat_part(void *arg, unsigned part, unsigned n_parts) {
+    const matmat_job *j = arg;
     uint64_t rows = j->w->rows;
     uint64_t r0 = rows * part / n_parts, r1 = rows * (part + 1) / n_parts;
-    op_matvec(j->y, j->w, j->x, r0, r1);
+    op_matmat(j->y, j->ldy, j->w, j->x, j->ldx, j->nb, r0, r1);
 }
 
-static void linear(cpu_session *s, float *y, const thin_wmat *w, const float *x) {
-    matvec_job j = {y, w, x};
-    if (w->rows * w->cols < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
-        op_matvec(y, w, x, 0, w->rows);
+static void linear(cpu_session *s, const plan_op *op, uint32_t nb) {
+    const uint64_t *sz = s->p->buf_sizes;
+    matmat_job j = {s->buf[op->out], sz[op->out], sz[op->in], &op->w, s->buf[op->in], nb};
+    if (op->w.rows * op->w.cols < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
+        matmat_part(&j, 0, 1);
     else
-        pool_run(s->pool, matvec_part, &j);
+        pool_run(s->pool, matmat_part, &j);
 }
 
-static void attention(cpu_session *s, const plan_op *op, uint32_t pos) {
-    float **b = s->buf;
+/* Row i of buffer b. */
+static inline float *row(const cpu_session *s, int32_t b, uint32_t i) {
+    return s->buf[b] + (size_t)i * s->p->buf_sizes[b];
+}
+
+static void attention(cpu_session *s, const plan_op *op, uint32_t i, uint32_t pos) {
     int32_t l = op->layer;
-    op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, b[op->k], b[op->v], s->kv_dim[l], pos);
-    op_attention(b[op->out], b[op->q], s->kcache[l], s->vcache[l], s->p->kv_dtype, op->n_heads,
-                 op->n_kv_heads, op->head_dim, (uint64_t)pos + 1, s->scratch);
+    op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
+                s->kv_dim[l], pos);
+    op_attention(row(s, op->out, i), row(s, op->q, i), s->kcache[l], s->vcache[l], s->p->kv_dtype,
+                 op->n_heads, op->n_kv_heads, op->head_dim, (uint64_t)pos + 1, s->scratch);
 }
 
-/* Runs the whole tape for one token at position pos. */
-static void step(cpu_session *s, int32_t token, uint32_t pos) {
+/* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i's K/V stored
+ * before its attention, so row i attends rows 0..i of the batch as a token-by-token run would). */
+static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t pos) {
     const plan *p = s->p;
-    float **b = s->buf;
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        const plan_op *op = &p->ops[i];
-        switch (op->kind) {
-        case PLAN_EMBED: op_embed(b[op->out], &op->w, (uint64_t)token); break;
-        case PLAN_RMSNORM:
-            op_rmsnorm(b[op->out], b[op->in], &op->w, p->buf_sizes[op->in], op->eps);
-            break;
-        case PLAN_LINEAR: linear(s, b[op->out], &op->w, b[op->in]); break;
-        case PLAN_HEAD_RMSNORM:
-            op_head_rmsnorm(b[op->in], &op->w, op->n_heads, op->head_dim, op->eps);
-            break;
-        case PLAN_ROPE:
-            op_rope(b[op->in], op->n_heads, op->head_dim, pos, op->theta, op->inv_freq);
-            break;
-        case PLAN_ATTENTION: attention(s, op, pos); break;
-        case PLAN_ADD: op_add(b[op->out], b[op->in], p->buf_sizes[op->in]); break;
-        case PLAN_SILU_MUL: op_silu_mul(b[op->out], b[op->in], p->buf_sizes[op->in]); break;
+    const uint64_t *sz = p->buf_sizes;
+    for (uint32_t k = 0; k < p->n_ops; k++) {
+        const plan_op *op = &p->ops[k];
+        if (op->kind == PLAN_LINEAR) {
+            linear(s, op, nb);
+            continue;
+        }
+        for (uint32_t i = 0; i < nb; i++) {
+            switch (op->kind) {
+            case PLAN_EMBED: op_embed(row(s, op->out, i), &op->w, (uint64_t)tokens[i]); break;
+            case PLAN_RMSNORM:
+                op_rmsnorm(row(s, op->out, i), row(s, op->in, i), &op->w, sz[op->in], op->eps);
+                break;
+            case PLAN_HEAD_RMSNORM:
+                op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps);
+                break;
+            case PLAN_ROPE:
+                op_rope(row(s, op->in, i), op->n_heads, op->head_dim, pos + i, op->theta,
+                        op->inv_freq);
+                break;
+            case PLAN_ATTENTION: attention(s, op, i, pos + i); break;
+            case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+            case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+            case PLAN_LINEAR: break;
+            }
         }
     }
 }
@@ -84,16 +107,20 @@ int cpu_session_forward(cpu_session *s, const int32_t *tokens, uint32_t n, uint3
     if (pos > s->max_ctx || n > s->max_ctx - pos) return -1;
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= vocab) return -1;
-    const float *out = s->buf[s->p->logits_buf];
-    for (uint32_t i = 0; i < n; i++) {
-        step(s, tokens[i], pos + i);
-        if (logits) memcpy(logits + (size_t)i * vocab, out, (size_t)vocab * sizeof(float));
-        if (argmax) argmax[i] = (int32_t)op_argmax(out, vocab);
+    for (uint32_t i = 0; i < n; i += CPU_BATCH) {
+        uint32_t nb = n - i < CPU_BATCH ? n - i : CPU_BATCH;
+        step(s, tokens + i, nb, pos + i);
+        for (uint32_t j = 0; j < nb; j++) {
+            const float *out = row(s, s->p->logits_buf, j);
+            if (logits) memcpy(logits + (size_t)(i + j) * vocab, out, (size_t)vocab * sizeof(float));
+            if (argmax) argmax[i + j] = (int32_t)op_argmax(out, vocab);
+        }
+        s->last = nb - 1;
     }
     return 0;
 }
 
-const float *cpu_session_logits(const cpu_session *s) { return s->buf[s->p->logits_buf]; }
+const float *cpu_session_logits(const cpu_session *s) { return row(s, s->p->logits_buf, s->last); }
 
 static int alloc_caches(cpu_session *s, char *err, size_t errlen) {
     const plan *p = s->p;
@@ -124,7 +151,7 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
     s->buf = calloc(p->n_bufs, sizeof *s->buf);
     if (!s->buf) return -1;
     for (uint32_t i = 0; i < p->n_bufs; i++)
-        if (!(s->buf[i] = calloc(p->buf_sizes[i], sizeof(float)))) return -1;
+        if (!(s->buf[i] = calloc((size_t)CPU_BATCH * p->buf_sizes[i], sizeof(float)))) return -1;
     if (!(s->scratch = calloc(s->max_ctx, sizeof(float)))) return -1;
     if (alloc_caches(s, err, errlen)) return -1;
     if (!(s->pool = pool_new(threads ? threads : thin_cpu_count()))) {
