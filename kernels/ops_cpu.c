@@ -120,6 +120,16 @@ static inline __m256 load8(const void *w, thin_dtype dt, uint64_t c) {
     }
 }
 
+/* Element c of a row as a float, unscaled (E4M3 at its own value, not load8's 2^-8): the tails. */
+static inline float elem_at(const void *row, thin_dtype dt, uint64_t c) {
+    switch (dt) {
+    case THIN_DTYPE_F32: return ((const float *)row)[c];
+    case THIN_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)row)[c]);
+    case THIN_DTYPE_F16: return f16_to_f32(((const uint16_t *)row)[c]);
+    default: return e4m3_table()[((const uint8_t *)row)[c]];
+    }
+}
+
 /* Always inlined so that each call below, with a constant dtype, gets its own loop. */
 static inline __attribute__((always_inline)) float dot_row_t(const void *row, thin_dtype dt,
                                                               const float *x, uint64_t n) {
@@ -133,13 +143,7 @@ static inline __attribute__((always_inline)) float dot_row_t(const void *row, th
     float s = hsum8(_mm256_add_ps(a0, a1));
     float k = dt == THIN_DTYPE_F8_E4M3 ? 0x1p-8f : 1.0f; /* undo the 2^8 of the tail below */
     for (; c < n; c++) {
-        float wv;
-        switch (dt) {
-        case THIN_DTYPE_F32: wv = ((const float *)row)[c]; break;
-        case THIN_DTYPE_BF16: wv = bf16_to_f32(((const uint16_t *)row)[c]); break;
-        case THIN_DTYPE_F16: wv = f16_to_f32(((const uint16_t *)row)[c]); break;
-        default: wv = e4m3_table()[((const uint8_t *)row)[c]]; break;
-        }
+        const float wv = elem_at(row, dt, c);
         s += wv * k * x[c];
     }
     return s;
@@ -179,13 +183,7 @@ static inline __attribute__((always_inline)) void dot4_t(const void *row, thin_d
     for (int k = 0; k < 4; k++) out[k] = hsum8(_mm256_add_ps(a0[k], a1[k]));
     float kf = dt == THIN_DTYPE_F8_E4M3 ? 0x1p-8f : 1.0f;
     for (; c < n; c++) {
-        float wv;
-        switch (dt) {
-        case THIN_DTYPE_F32: wv = ((const float *)row)[c]; break;
-        case THIN_DTYPE_BF16: wv = bf16_to_f32(((const uint16_t *)row)[c]); break;
-        case THIN_DTYPE_F16: wv = f16_to_f32(((const uint16_t *)row)[c]); break;
-        default: wv = e4m3_table()[((const uint8_t *)row)[c]]; break;
-        }
+        const float wv = elem_at(row, dt, c);
         for (int k = 0; k < 4; k++) out[k] += wv * kf * x[k * ldx + c];
     }
 }
