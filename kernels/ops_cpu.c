@@ -226,27 +226,13 @@ static void dot4(const void *row, thin_dtype dt, const float *x, uint64_t ldx, u
 }
 #endif
 
-void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
-    size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-    const uint8_t *base = (const uint8_t *)W->data;
-    float k = 1.0f;
-#ifdef OPS_AVX2
-    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* see load8 */
-#endif
-    for (uint64_t r = r0; r < r1; r++) {
-        float s = dot_row(base + r * W->cols * esz, W->dtype, x, W->cols);
-        if (W->dtype == THIN_DTYPE_F8_E4M3) s *= k * (W->scale ? W->scale[r] : 1.0f);
-        y[r] = s;
-    }
-}
-
 void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
                uint64_t r0, uint64_t r1) {
     size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
     const uint8_t *base = (const uint8_t *)W->data;
     float k = 1.0f;
 #ifdef OPS_AVX2
-    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* as op_matvec */
+    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* see load8 */
 #endif
     for (uint64_t r = r0; r < r1; r++) {
         const uint8_t *row = base + r * W->cols * esz;
@@ -266,6 +252,10 @@ void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint6
             y[i * ldy + r] = s;
         }
     }
+}
+
+void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
+    op_matmat(y, 0, W, x, 0, 1, r0, r1);
 }
 
 /* ---- position encoding ---- */
