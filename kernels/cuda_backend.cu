@@ -747,4 +747,4 @@ static int ops_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t p
 static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
 static const char *ops_error(void *sess) { return cuda_session_error((const cuda_session *)sess); }
 
-extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error};
+extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1};

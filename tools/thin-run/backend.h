@@ -50,6 +50,10 @@ typedef struct backend_ops {
     void (*free)(void *sess);
     /* Message for the session's last failure ("" when none). */
     const char *(*error)(void *sess);
+    /* Positions that scoring (thin-run --score) may run in one forward call with the results of
+     * running them one at a time, bit for bit (1: one at a time; the CUDA prefill's GEMMs round
+     * differently from its decode step, which scoring measures). */
+    uint32_t score_batch;
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */

@@ -223,4 +223,4 @@ static const char *be_error(void *sess) {
     return "positions past the context or a token id outside the vocabulary";
 }
 
-const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error};
+const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error, 8 * CPU_BATCH};

@@ -577,18 +577,19 @@ static int generate(run *r) {
 /* ---- scoring ---- */
 
 static int score_rows(run *r, const int32_t *ids, size_t n, FILE *out, const char *out_name) {
-    uint32_t vocab = r->p.hp.vocab_size;
-    float *row = malloc((size_t)vocab * sizeof *row);
-    if (!row) return cli_error("out of memory"), CLI_EXIT_DATA;
+    uint32_t vocab = r->p.hp.vocab_size, batch = r->be->score_batch ? r->be->score_batch : 1;
+    float *rows = malloc((size_t)batch * vocab * sizeof *rows);
+    if (!rows) return cli_error("out of memory"), CLI_EXIT_DATA;
     int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (r->be->forward(r->sess, ids + i, 1, (uint32_t)i, row, NULL))
-            rc = CLI_EXIT_DATA, cli_error("%s: position %zu failed: %s", r->be->name, i,
-                                          r->be->error(r->sess));
-        else if (fwrite(row, sizeof *row, vocab, out) != vocab)
+    for (size_t i = 0; i < n && !rc; i += batch) {
+        uint32_t k = n - i < batch ? (uint32_t)(n - i) : batch;
+        if (r->be->forward(r->sess, ids + i, k, (uint32_t)i, rows, NULL))
+            rc = CLI_EXIT_DATA, cli_error("%s: positions %zu..%zu failed: %s", r->be->name, i,
+                                          i + k - 1, r->be->error(r->sess));
+        else if (fwrite(rows, sizeof *rows * vocab, k, out) != k)
             rc = CLI_EXIT_DATA, cli_error("%s: write failed", out_name);
     }
-    free(row);
+    free(rows);
     return rc;
 }
 
