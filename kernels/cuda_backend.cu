@@ -294,6 +294,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_gemm_lt = !gm || !*gm ? THIN_CUDA_GEMM_AUTO
                         : strcmp(gm, "lt") == 0 ? THIN_CUDA_GEMM_LT
                         : strcmp(gm, "own") == 0 ? THIN_CUDA_GEMM_OWN : THIN_CUDA_GEMM_AUTO;
+    const char *gt = getenv("THIN_CUDA_GEMM_T"); /* 1: transposed down projections read as stored */
+    thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
     thin_cuda_gemm_widen = gw && *gw ? atol(gw) : 64l << 20;
     if (thin_cuda_gemm_widen < 1) thin_cuda_gemm_widen = 1;

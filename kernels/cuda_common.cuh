@@ -506,9 +506,13 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
- * sizes the grid. */
+ * sizes the grid. A transposed weight (dmat.trans) is read as stored. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
+/* thin_cuda_gemm_t = 1 (env THIN_CUDA_GEMM_T=1): gemm.cu's kernel reads the MLP kernel's transposed
+ * down projections as stored in a prefill; else they are transposed back into a scratch first
+ * (the default until the direct form has been timed and checked on the GPU). */
+extern int thin_cuda_gemm_t;
 /* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
  * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as stored.
  * gemm_lt_start loads the library (once per process), creates the handle and workspace and runs

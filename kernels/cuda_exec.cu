@@ -78,8 +78,8 @@ static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
 }
 
 /* A prefill linear over n rows: cuBLASLt where it takes the shape (by default only from
- * LT_AUTO_ROWS rows), else gemm.cu's kernel (the caller transposes a transposed weight back for
- * it). 1: not taken by either here. */
+ * LT_AUTO_ROWS rows), else gemm.cu's kernel (a transposed weight as stored with thin_cuda_gemm_t,
+ * else the caller transposes it back for it). 1: not taken by either here. */
 static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                 float *resid, uint32_t ldr, uint32_t n) {
     if (s->lt && (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT || n >= LT_AUTO_ROWS)) {
@@ -88,7 +88,7 @@ static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, fl
         if (e == cudaErrorUnknown) return cuda_failf(s, "cuBLASLt: %s", gemm_lt_status(s->lt));
         if (e != cudaErrorNotSupported) return cuda_fail(s, __FILE__, __LINE__, "launch_gemm_lt", e);
     }
-    if (w->trans) return 1;
+    if (w->trans && !thin_cuda_gemm_t) return 1;
     CK(s, launch_gemm(w, x, ldx, out, ldo, resid, ldr, n, s->n_sm, s->st));
     return 0;
 }
@@ -170,7 +170,8 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
 }
 
 /* A down + add step whose weights are stored transposed, for several rows: cuBLASLt takes them
- * as stored; for gemm.cu's kernel they are transposed back into the scratch first. */
+ * as stored, and so does gemm.cu's kernel with thin_cuda_gemm_t; else they are transposed back
+ * into the scratch first. */
 static int run_down_t(cuda_session *s, const step *st, uint32_t n) {
     const plan *p = s->p;
     const plan_op *o = &p->ops[st->lin[0]], *ad = &p->ops[st->add_op];

@@ -20,6 +20,9 @@
  * When even the smallest sensible tiles leave most SMs idle (few rows or tokens), the columns are
  * split over a thread block cluster of 2..8 blocks (sm_90); the partial tiles are summed through
  * distributed shared memory, in rank order (deterministic), each rank writing a slice of tokens.
+ * A transposed weight (the MLP kernel's down projection, dmat.trans) is read as stored: its stage
+ * holds 32 rows of the transpose (32 columns of the matrix) × 128 of its columns, and the
+ * conversion pass writes it row-major into the BF16 copy (widening FP8), so the math is the same.
  * F32/F16 weights are not rounded: the backend runs them through the matvec per row instead.
  * CPU twin: op_matvec row by row.
  */
@@ -35,8 +38,11 @@ namespace cg = cooperative_groups;
 #define GM_THREADS 256
 #define GM_MAX_SPLIT 8 /* blocks of a split-column cluster (portable cluster size) */
 
-/* Shape and shared-memory layout (bytes) of one configuration. */
-template <int DT, int BN> struct gm_cfg {
+int thin_cuda_gemm_t = 0;
+
+/* Shape and shared-memory layout (bytes) of one configuration; TR: the weights stored transposed
+ * (dmat.trans: the MLP kernel's down projection), made row-major by the conversion pass. */
+template <int DT, int BN, bool TR> struct gm_cfg {
     static constexpr int ESZ = DT == THIN_DTYPE_BF16 ? 2 : 1;
     static constexpr int WW = BN == 128 ? 2 : BN == 64 ? 4 : 8; /* warps along weight rows */
     static constexpr int WT = 8 / WW;                            /* warps along tokens */
@@ -46,7 +52,7 @@ template <int DT, int BN> struct gm_cfg {
     static constexpr int X_RAW = BN * GM_BK * 4;                 /* stage: activations, F32 */
     static constexpr int STAGE = W_RAW + X_RAW;
     static constexpr int XH = BN * GM_BK * 2;                    /* BF16 activations (×2) */
-    static constexpr int WH = DT == THIN_DTYPE_BF16 ? 0 : GM_BM * GM_BK * 2; /* widened FP8 (×2) */
+    static constexpr int WH = DT == THIN_DTYPE_BF16 && !TR ? 0 : GM_BM * GM_BK * 2; /* BF16 W (×2) */
     static constexpr int LDC = GM_BM + 4;                        /* epilogue tile row (floats) */
     static constexpr int SMEM = GM_STAGES * STAGE + 2 * (XH + WH);
     static constexpr int MINB = BN >= 128 ? 1 : 2;               /* blocks per SM to allow for */
@@ -56,14 +62,15 @@ template <int DT, int BN> struct gm_cfg {
 
 /* ---- the kernel ---- */
 
-template <int DT, int BN>
-__global__ void __launch_bounds__(GM_THREADS, gm_cfg<DT, BN>::MINB)
+template <int DT, int BN, bool TR>
+__global__ void __launch_bounds__(GM_THREADS, gm_cfg<DT, BN, TR>::MINB)
 gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo, float *resid,
             uint32_t ldr, uint32_t n, int xvec) {
-    using C = gm_cfg<DT, BN>;
+    using C = gm_cfg<DT, BN, TR>;
     extern __shared__ __align__(16) uint8_t gm_smem[];
-    /* [GM_STAGES] × {W raw [GM_BM][GM_BK], X F32 [BN][GM_BK]}, X BF16 [2][BN][GM_BK],
-     * FP8 only: W BF16 [2][GM_BM][GM_BK]; the epilogue's F32 tile [BN][LDC] over the stages. */
+    /* [GM_STAGES] × {W raw [GM_BM][GM_BK] (TR: [GM_BK][GM_BM]), X F32 [BN][GM_BK]}, X BF16
+     * [2][BN][GM_BK], FP8 or TR only: W BF16 [2][GM_BM][GM_BK]; the epilogue's F32 tile [BN][LDC]
+     * over the stages. */
     uint8_t *pipe = gm_smem;
     __nv_bfloat16 *xh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE);
     __nv_bfloat16 *wh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE + 2 * C::XH);
@@ -73,13 +80,24 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
     const uint32_t t0 = blockIdx.x * BN, r0 = blockIdx.y * GM_BM; /* token tiles of a row tile adjacent */
     const uint32_t wr0 = (warp % C::WW) * (GM_BM / C::WW), wt0 = (warp / C::WW) * (BN / C::WT);
     /* this block's column stages: [kb, kb + cnt) of nk (its share of a split cluster) */
-    const uint32_t nk = w.pitch / GM_BK, ks = gridDim.z;
+    const uint32_t nk = (TR ? w.cols + GM_BK - 1 : w.pitch) / GM_BK, ks = gridDim.z;
     const uint32_t kb = (uint32_t)((uint64_t)blockIdx.z * nk / ks);
     const uint32_t cnt = (uint32_t)((uint64_t)(blockIdx.z + 1) * nk / ks) - kb;
 
     auto load_w = [&](uint32_t slot, uint32_t kc) { /* weights of stage kc into slot */
-        constexpr uint32_t CPR = GM_BK * C::ESZ / 16; /* 16-byte pieces per row */
         uint8_t *dst = pipe + slot * C::STAGE;
+        if constexpr (TR) { /* columns kc·GM_BK.. of the matrix are rows of the stored transpose */
+            constexpr uint32_t CPK = GM_BM * C::ESZ / 16, EPP = 16 / C::ESZ; /* pieces a row, elements a piece */
+            for (uint32_t i = tid; i < GM_BK * CPK; i += GM_THREADS) {
+                const uint32_t k = kc * GM_BK + i / CPK, r = r0 + (i % CPK) * EPP;
+                const bool ok = k < w.cols && r < w.pitch; /* rows past w.rows up to pitch are zeros */
+                const uint8_t *src = (const uint8_t *)w.data;
+                if (ok) src += ((size_t)k * w.pitch + r) * C::ESZ;
+                gm_cp16(dst + i * 16, src, ok ? 16 : 0);
+            }
+            return;
+        }
+        constexpr uint32_t CPR = GM_BK * C::ESZ / 16; /* 16-byte pieces per row */
         for (uint32_t i = tid; i < GM_BM * CPR; i += GM_THREADS) {
             const uint32_t r = r0 + i / CPR;
             const bool ok = r < w.rows;
@@ -109,7 +127,25 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
             const float4 v = xs[i];
             xd[i] = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
         }
-        if constexpr (DT == THIN_DTYPE_F8_E4M3) {
+        if constexpr (TR) { /* [k][r] → [r][k], FP8 widened: eight k of one row a store */
+            const uint8_t *ws = pipe + slot * C::STAGE;
+            uint4 *wd = (uint4 *)(wh + buf * GM_BM * GM_BK);
+            for (uint32_t i = tid; i < GM_BM * GM_BK / 8; i += GM_THREADS) {
+                const uint32_t r = i % GM_BM, k8 = i / GM_BM;
+                uint32_t p[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t k = k8 * 8 + 2 * j;
+                    if constexpr (DT == THIN_DTYPE_BF16) {
+                        const uint16_t *e = (const uint16_t *)ws;
+                        p[j] = (uint32_t)e[k * GM_BM + r] | (uint32_t)e[(k + 1) * GM_BM + r] << 16;
+                    } else {
+                        p[j] = fp8x2_bf16x2((uint32_t)ws[k * GM_BM + r] | (uint32_t)ws[(k + 1) * GM_BM + r] << 8);
+                    }
+                }
+                wd[r * (GM_BK / 8) + k8] = make_uint4(p[0], p[1], p[2], p[3]);
+            }
+        } else if constexpr (DT == THIN_DTYPE_F8_E4M3) {
             const uint2 *ws = (const uint2 *)(pipe + slot * C::STAGE);
             uint4 *wd = (uint4 *)(wh + buf * GM_BM * GM_BK);
             for (uint32_t i = tid; i < GM_BM * GM_BK / 8; i += GM_THREADS) {
@@ -156,7 +192,7 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
         if (it + 1 < cnt) convert((it + 1) % GM_STAGES, (it + 1) & 1);
 
         const uint32_t buf = it & 1;
-        const __nv_bfloat16 *ws = DT == THIN_DTYPE_BF16
+        const __nv_bfloat16 *ws = DT == THIN_DTYPE_BF16 && !TR
                                       ? (const __nv_bfloat16 *)(pipe + (it % GM_STAGES) * C::STAGE)
                                       : wh + buf * GM_BM * GM_BK;
         const __nv_bfloat16 *xs = xh + buf * BN * GM_BK;
@@ -224,35 +260,35 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
 
 /* ---- launch ---- */
 
-template <int DT, int BN>
+template <int DT, int BN, bool TR>
 static cudaError_t launch_t(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                             float *resid, uint32_t ldr, uint32_t n, uint32_t ks, cudaStream_t st) {
-    constexpr int smem = gm_cfg<DT, BN>::SMEM;
-    const cudaError_t ea = smem_attr(gemm_kernel<DT, BN>, smem, 0);
+    constexpr int smem = gm_cfg<DT, BN, TR>::SMEM;
+    const cudaError_t ea = smem_attr(gemm_kernel<DT, BN, TR>, smem, 0);
     if (ea != cudaSuccess) return ea;
     const int xvec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0; /* 16-byte activation copies */
     const dim3 grid((n + BN - 1) / BN, (w->rows + GM_BM - 1) / GM_BM, ks);
     if (ks > 1)
-        return launch_kc(gemm_kernel<DT, BN>, grid, dim3(GM_THREADS), smem, st, dim3(1, 1, ks), *w, x, ldx,
-                         out, ldo, resid, ldr, n, xvec);
-    return launch_k(gemm_kernel<DT, BN>, grid, dim3(GM_THREADS), smem, st, *w, x, ldx, out, ldo, resid, ldr,
-                    n, xvec);
+        return launch_kc(gemm_kernel<DT, BN, TR>, grid, dim3(GM_THREADS), smem, st, dim3(1, 1, ks), *w, x,
+                         ldx, out, ldo, resid, ldr, n, xvec);
+    return launch_k(gemm_kernel<DT, BN, TR>, grid, dim3(GM_THREADS), smem, st, *w, x, ldx, out, ldo, resid,
+                    ldr, n, xvec);
 }
 
-template <int DT>
+template <int DT, bool TR>
 static cudaError_t launch_dt(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                              float *resid, uint32_t ldr, uint32_t n, uint32_t bn, uint32_t ks, cudaStream_t st) {
     switch (bn) {
-    case 128: return launch_t<DT, 128>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
-    case 64: return launch_t<DT, 64>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
-    case 32: return launch_t<DT, 32>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
-    default: return launch_t<DT, 16>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    case 128: return launch_t<DT, 128, TR>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    case 64: return launch_t<DT, 64, TR>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    case 32: return launch_t<DT, 32, TR>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
+    default: return launch_t<DT, 16, TR>(w, x, ldx, out, ldo, resid, ldr, n, ks, st);
     }
 }
 
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st) {
-    if (w->pitch % GM_BK != 0 || w->trans) return cudaErrorInvalidValue;
+    if (w->pitch % GM_BK != 0) return cudaErrorInvalidValue;
     if (w->dtype != THIN_DTYPE_BF16 && w->dtype != THIN_DTYPE_F8_E4M3) return cudaErrorInvalidValue;
     if (n == 0 || w->rows == 0) return cudaSuccess;
     if (n_sm < 1) n_sm = 1;
@@ -262,9 +298,16 @@ cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out,
     uint32_t bn = 128;
     while (bn > 16 && (n <= bn / 2 || (bn > 64 && row_tiles * ((n + bn - 1) / bn) < (uint32_t)n_sm))) bn /= 2;
     /* a grid under half the SMs: split the columns over a cluster, keeping 8+ stages per block */
-    const uint32_t tiles = row_tiles * ((n + bn - 1) / bn), nk = w->pitch / GM_BK;
+    const uint32_t tiles = row_tiles * ((n + bn - 1) / bn);
+    const uint32_t nk = (w->trans ? dmat_pitch(w->cols) : w->pitch) / GM_BK; /* column stages */
     uint32_t ks = 1;
     while (thin_cuda_cluster && ks < GM_MAX_SPLIT && tiles * ks * 2 <= (uint32_t)n_sm && nk / (ks * 2) >= 8) ks *= 2;
-    if (w->dtype == THIN_DTYPE_BF16) return launch_dt<THIN_DTYPE_BF16>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
-    return launch_dt<THIN_DTYPE_F8_E4M3>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
+    if (w->trans) {
+        if (w->dtype == THIN_DTYPE_BF16)
+            return launch_dt<THIN_DTYPE_BF16, true>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
+        return launch_dt<THIN_DTYPE_F8_E4M3, true>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
+    }
+    if (w->dtype == THIN_DTYPE_BF16)
+        return launch_dt<THIN_DTYPE_BF16, false>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
+    return launch_dt<THIN_DTYPE_F8_E4M3, false>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
 }

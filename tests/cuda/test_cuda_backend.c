@@ -8,7 +8,8 @@
  * decode attention in 32-position splits (several blocks per cluster, several clusters), FP8
  * o-projections (the attention + o kernel's FP8 rows) and FP8 q, k, v (the attention block
  * kernel's), and (run_heads) one query head per KV head and head_dim 256; with BF16 caches the
- * prefill's tensor-core attention (opt-in) against the F32 attention kernels.
+ * prefill's tensor-core attention (opt-in) against the F32 attention kernels; the prefill's GEMM
+ * on transposed down projections as stored (opt-in).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
@@ -452,6 +453,11 @@ int main(void) {
     run_heads("attention block kernel: ");
     unsetenv("THIN_CUDA_QAO");
     run_heads("other head shapes: ");
+    /* The prefill's own GEMM reading the MLP kernel's transposed down projections as stored (by
+     * default they are transposed back into a scratch first; opt-in until run on the GPU). */
+    setenv("THIN_CUDA_GEMM_T", "1", 1);
+    run_all("own GEMM on the transposed down projections: ");
+    unsetenv("THIN_CUDA_GEMM_T");
     /* Small single-row matrices one row a warp in the single-row kernel (by default two rows a
      * warp in the row-pair kernel, one block per SM). */
     setenv("THIN_CUDA_MV_DUAL", "0", 1);
