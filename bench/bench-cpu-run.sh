@@ -117,6 +117,20 @@ r = json.load(open(sys.argv[1]))
 print("%-8s %-8s %16.2f" % (sys.argv[2], r["kv_dtype"].lower(), r["prefill_tok_s"]))
 PY
 done
+# ---- a long context: a prompt of LONG ids, then 16 tokens decoded at positions LONG.. ----
+LONG=${LONG:-1000}
+IDS=$(seq 1 "$LONG" | tr '\n' ' ')
+printf '%-8s %-8s %16s %16s\n' threads kv "prefill_tok/s($LONG)" "decode_tok/s(@$LONG)"
+for th in 1 2; do
+    "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --ids "$IDS" -t 0 -n 16 \
+        --ignore-eos --json > "$W/r.json"
+    python3 - "$W/r.json" $th <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%-8s %-8s %16.2f %16.2f" % (sys.argv[2], r["kv_dtype"].lower(), r["prefill_tok_s"],
+                                   r["decode_tok_s"]))
+PY
+done
 # verify-on-load cost (thin-run's default)
 "$BIN/thin-run" "$W/m.thin" --device cpu --ids 1 -n 1 -t 0 --json > "$W/r.json"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('load with --verify: %.2f s' % r['load_s'])" "$W/r.json"

@@ -68,6 +68,10 @@ void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float 
 void op_attention(float *out, const float *q, const void *kcache, const void *vcache,
                   thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
                   uint64_t n_pos, float *scratch);
+/* op_attention for query heads [h0, h1) only (threads split heads; each needs its own scratch). */
+void op_attention_heads(float *out, const float *q, const void *kcache, const void *vcache,
+                        thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
+                        uint64_t n_pos, uint64_t h0, uint64_t h1, float *scratch);
 
 /* Stores k and v (kv_dim floats each) at position pos of the caches, converting to kv_dtype. */
 void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k, const float *v,

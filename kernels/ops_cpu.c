@@ -197,6 +197,19 @@ static void dot4(const void *row, thin_dtype dt, const float *x, uint64_t ldx, u
     default: dot4_t(row, THIN_DTYPE_F8_E4M3, x, ldx, n, out); break;
     }
 }
+
+/* y += a * row (n elements of dtype dt: F32 or BF16, the KV caches) */
+static void axpy_row(float *y, float a, const void *row, thin_dtype dt, uint64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    uint64_t c = 0;
+    if (dt == THIN_DTYPE_BF16)
+        for (; c + 8 <= n; c += 8)
+            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, load8(row, THIN_DTYPE_BF16, c), _mm256_loadu_ps(y + c)));
+    else
+        for (; c + 8 <= n; c += 8)
+            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, load8(row, THIN_DTYPE_F32, c), _mm256_loadu_ps(y + c)));
+    for (; c < n; c++) y[c] += a * elem_at(row, dt, c);
+}
 #else
 static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
     float s = 0.0f;
@@ -217,6 +230,14 @@ static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n)
     }
     }
     return s;
+}
+
+/* y += a * row (n elements of dtype dt: F32 or BF16, the KV caches) */
+static void axpy_row(float *y, float a, const void *row, thin_dtype dt, uint64_t n) {
+    if (dt == THIN_DTYPE_BF16)
+        for (uint64_t c = 0; c < n; c++) y[c] += a * bf16_to_f32(((const uint16_t *)row)[c]);
+    else
+        for (uint64_t c = 0; c < n; c++) y[c] += a * ((const float *)row)[c];
 }
 
 /* The portable dot4: dot_row per vector (the weight row stays in cache after the first). */
@@ -294,11 +315,6 @@ void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k
     }
 }
 
-static inline float kv_at(const void *cache, thin_dtype dt, uint64_t i) {
-    return dt == THIN_DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)cache)[i])
-                                 : ((const float *)cache)[i];
-}
-
 static void softmax(float *x, uint64_t n) {
     float mx = x[0];
     for (uint64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -310,29 +326,31 @@ static void softmax(float *x, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) x[i] /= sum;
 }
 
-void op_attention(float *out, const float *q, const void *kcache, const void *vcache,
-                  thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
-                  uint64_t n_pos, float *scratch) {
-    uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-    float scale = 1.0f / sqrtf((float)head_dim);
-    for (uint64_t h = 0; h < n_heads; h++) {
+void op_attention_heads(float *out, const float *q, const void *kcache, const void *vcache,
+                        thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
+                        uint64_t n_pos, uint64_t h0, uint64_t h1, float *scratch) {
+    const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4;
+    const uint8_t *kc = kcache, *vc = vcache;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (uint64_t h = h0; h < h1; h++) {
         const float *qh = q + h * head_dim;
-        uint64_t kvo = (h / group) * head_dim;
-        for (uint64_t t = 0; t < n_pos; t++) {
-            uint64_t base = t * kv_dim + kvo;
-            float s = 0.0f;
-            for (uint64_t i = 0; i < head_dim; i++) s += qh[i] * kv_at(kcache, kv_dtype, base + i);
-            scratch[t] = s * scale;
-        }
+        const uint64_t kvo = (h / group) * head_dim;
+        for (uint64_t t = 0; t < n_pos; t++)
+            scratch[t] = dot_row(kc + (t * kv_dim + kvo) * esz, kv_dtype, qh, head_dim) * scale;
         softmax(scratch, n_pos);
         float *oh = out + h * head_dim;
         memset(oh, 0, head_dim * sizeof(float));
-        for (uint64_t t = 0; t < n_pos; t++) {
-            uint64_t base = t * kv_dim + kvo;
-            float a = scratch[t];
-            for (uint64_t i = 0; i < head_dim; i++) oh[i] += a * kv_at(vcache, kv_dtype, base + i);
-        }
+        for (uint64_t t = 0; t < n_pos; t++)
+            axpy_row(oh, scratch[t], vc + (t * kv_dim + kvo) * esz, kv_dtype, head_dim);
     }
+}
+
+void op_attention(float *out, const float *q, const void *kcache, const void *vcache,
+                  thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
+                  uint64_t n_pos, float *scratch) {
+    op_attention_heads(out, q, kcache, vcache, kv_dtype, n_heads, n_kv_heads, head_dim, n_pos, 0,
+                       n_heads, scratch);
 }
 
 /* ---- elementwise ---- */

@@ -26,7 +26,7 @@ struct cpu_session {
     void **kcache;     /* n_layers caches, (max_ctx, n_kv_heads * head_dim) of kv_dtype */
     void **vcache;     /* same shape as kcache */
     uint64_t *kv_dim;  /* per layer: n_kv_heads * head_dim of its attention op */
-    float *scratch;    /* (max_ctx) attention scores */
+    float *scratch;    /* (max_ctx) attention scores per thread */
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
     pool *pool;
 };
@@ -60,12 +60,35 @@ static inline float *row(const cpu_session *s, int32_t b, uint32_t i) {
     return s->buf[b] + (size_t)i * s->p->buf_sizes[b];
 }
 
+typedef struct attn_job {
+    cpu_session *s;
+    const plan_op *op;
+    uint32_t i, n_pos;
+} attn_job;
+
+/* Query heads [n_heads part / n, n_heads (part + 1) / n) of row i's attention, with part's scratch. */
+static void attn_part(void *arg, unsigned part, unsigned n) {
+    const attn_job *j = arg;
+    const cpu_session *s = j->s;
+    const plan_op *op = j->op;
+    const int32_t l = op->layer;
+    op_attention_heads(row(s, op->out, j->i), row(s, op->q, j->i), s->kcache[l], s->vcache[l],
+                       s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim, j->n_pos,
+                       op->n_heads * part / n, op->n_heads * (part + 1) / n,
+                       s->scratch + (size_t)part * s->max_ctx);
+}
+
+/* Row i's K/V stored at pos, then its attention over positions 0..pos, the heads split over the
+ * threads when the work is large enough (each head's arithmetic is the same either way). */
 static void attention(cpu_session *s, const plan_op *op, uint32_t i, uint32_t pos) {
     int32_t l = op->layer;
     op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
                 s->kv_dim[l], pos);
-    op_attention(row(s, op->out, i), row(s, op->q, i), s->kcache[l], s->vcache[l], s->p->kv_dtype,
-                 op->n_heads, op->n_kv_heads, op->head_dim, (uint64_t)pos + 1, s->scratch);
+    attn_job j = {s, op, i, pos + 1};
+    if ((uint64_t)j.n_pos * op->n_heads * op->head_dim < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
+        attn_part(&j, 0, 1);
+    else
+        pool_run(s->pool, attn_part, &j);
 }
 
 /* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i's K/V stored
@@ -152,12 +175,12 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
     if (!s->buf) return -1;
     for (uint32_t i = 0; i < p->n_bufs; i++)
         if (!(s->buf[i] = calloc((size_t)CPU_BATCH * p->buf_sizes[i], sizeof(float)))) return -1;
-    if (!(s->scratch = calloc(s->max_ctx, sizeof(float)))) return -1;
     if (alloc_caches(s, err, errlen)) return -1;
     if (!(s->pool = pool_new(threads ? threads : thin_cpu_count()))) {
         snprintf(err, errlen, "cannot start %u threads", threads);
         return -1;
     }
+    if (!(s->scratch = calloc((size_t)pool_size(s->pool) * s->max_ctx, sizeof(float)))) return -1;
     return 0;
 }
 
