@@ -104,6 +104,19 @@ print("%-8s %-8s %12.2f %12.3f %10.2f %14.2f" % (sys.argv[2], sys.argv[3], r["de
 PY
     done
 done
+# ---- the same model quantized (thin-quant --profile fp8-all): FP8 E4M3 weights, per-row scales ----
+"$BIN/thin-quant" -q --profile fp8-all "$W/m.thin" -o "$W/f.thin"
+printf '%-8s %-8s %16s %12s\n' threads weights decode_tok/s weights_GB
+for th in 1 2; do
+    "$BIN/thin-run" "$W/f.thin" --device cpu --no-verify --threads $th --ids "1 100 200 300" -t 0 \
+        -n "$TOKENS" --json > "$W/r.json"
+    python3 - "$W/r.json" $th <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%-8s %-8s %16.2f %12.3f" % (sys.argv[2], "fp8", r["decode_tok_s"], r["weight_bytes"] / 1e9))
+PY
+done
+rm -f "$W/f.thin"
 # ---- prefill: a prompt of PROMPT ids, batched (each weight read once per batch of tokens) ----
 PROMPT=${PROMPT:-128}
 IDS=$(seq 1 "$PROMPT" | tr '\n' ' ')

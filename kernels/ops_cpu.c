@@ -110,12 +110,11 @@ static inline __m256 load8(const void *w, thin_dtype dt, uint64_t c) {
     }
     case THIN_DTYPE_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + c)));
-    default: { /* F8_E4M3 */
+    default: { /* F8_E4M3: each byte to the top of a 16-bit lane (s eeee mmm, then zeros), one
+                  arithmetic shift (sign into bits 15 and 14), bit 14 cleared: s 0eeee mmm0000000 */
         __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)w + c));
-        __m128i x = _mm_cvtepu8_epi16(b);
-        __m128i sign = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x80)), 8);
-        __m128i mag = _mm_slli_epi16(_mm_and_si128(x, _mm_set1_epi16(0x7F)), 7);
-        return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+        __m128i y = _mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1);
+        return _mm256_cvtph_ps(_mm_and_si128(y, _mm_set1_epi16((short)0xBFFF)));
     }
     }
 }

@@ -97,6 +97,25 @@ static void test_matvec_all_dtypes(void **state) {
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) check_matvec(dts[d], 13, cols[c]);
 }
 
+/* Every finite E4M3 code through the vector widening of op_matvec: a row of 16 copies (the
+ * 16-wide loop) against a one-hot x gives the code's value exactly. */
+static void test_matvec_every_e4m3_code(void **state) {
+    (void)state;
+    uint8_t w[16];
+    float x[16] = {0}, y, scale = 1.0f;
+    for (int code = 0; code < 256; code++) {
+        if ((code & 0x7F) == 0x7F) continue; /* NaN codes, which quantizers never write */
+        memset(w, code, sizeof w);
+        thin_wmat W = {w, THIN_DTYPE_F8_E4M3, &scale, 1, 16};
+        for (int j = 0; j < 16; j += 5) {
+            x[j] = 1.0f;
+            op_matvec(&y, &W, x, 0, 1);
+            x[j] = 0.0f;
+            assert_true(y == thin_e4m3_to_f32((uint8_t)code));
+        }
+    }
+}
+
 /* op_matmat against op_matvec, bit for bit: nb vectors (1..9: whole groups of four and the rest),
  * rows split in two calls, every dtype, column counts with and without vector tails. */
 static void test_matmat_equals_matvec(void **state) {
@@ -242,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_element_decoding),
         cmocka_unit_test(test_matvec_all_dtypes),
         cmocka_unit_test(test_matmat_equals_matvec),
+        cmocka_unit_test(test_matvec_every_e4m3_code),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_head_rmsnorm),
         cmocka_unit_test(test_rope),
