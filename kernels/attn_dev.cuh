@@ -31,10 +31,6 @@ __device__ __forceinline__ float3 softmax_merge(const float (&m)[NB], const floa
 
 /* ---- staging of K/V rows in shared memory (the decode kernels: attention.cu, attn_o.cu) ---- */
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* The decode kernels' K/V staging, nt threads a block, rows of vpr 16-byte pieces, cache rows
@@ -46,10 +42,10 @@ __device__ __forceinline__ void ad_stage_rows(uint8_t *ks, uint32_t krb, uint8_t
                                               uint32_t from, uint32_t n, uint32_t vpr, uint32_t nt) {
     for (uint32_t i = threadIdx.x; i < n * vpr; i += nt) {
         const uint32_t p = i / vpr, c = i - p * vpr;
-        cp_async16(ks + p * krb + c * 16, kc + (size_t)(from + p) * pstride + c * 16);
-        cp_async16(vs + p * vrb + c * 16, vc + (size_t)(from + p) * pstride + c * 16);
+        gm_cp16(ks + p * krb + c * 16, kc + (size_t)(from + p) * pstride + c * 16);
+        gm_cp16(vs + p * vrb + c * 16, vc + (size_t)(from + p) * pstride + c * 16);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    gm_commit();
 }
 __device__ __forceinline__ void ad_load_row(uint8_t *kd, uint8_t *vd, const uint8_t *kc, const uint8_t *vc,
                                             uint32_t vpr, uint32_t nt) {

@@ -212,7 +212,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         if (rank == 0) a.out[(size_t)h * HD + d] = v;
     }
     if constexpr (!GL) cluster_arrive(); /* this block reads no other block's shared memory from here on */
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    gm_wait<0>();
     __syncthreads();
     kt.mark(2);
     /* o rows · the head's output: a row a thread (the head's output read by all at once), so that
@@ -295,9 +295,9 @@ __device__ __forceinline__ float4 ao_request_o(const attn_o_args &p, const ao_sp
     const uint8_t *src = (const uint8_t *)p.o.data + (size_t)s.r0 * pb + (size_t)h * WRB;
     for (uint32_t i = tid; i < s.nr * VPR; i += AO_THREADS) {
         const uint32_t r = i / VPR, c = i - r * VPR;
-        cp_async16(ws + r * WRP + c * 16, src + r * pb + c * 16);
+        gm_cp16(ws + r * WRP + c * 16, src + r * pb + c * 16);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    gm_commit();
     float4 sc4 = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
     if (WDT == THIN_DTYPE_F8_E4M3 && 4 * tid < s.nr) { /* nr <= 4 * AO_THREADS */
         const float *sp = p.o.scale + s.r0 + 4 * tid;
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     kv.newest(s, smb + L.k, smb + L.v);
     const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
     for (uint32_t i = threadIdx.x; i < HD / 4; i += AO_THREADS) ((float4 *)(smb + L.q))[i] = __ldcg(q4 + i);
-    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
+    gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
     ao_tail<KDT, WDT, DPL, false>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
     const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
     for (uint32_t i = tid; i < HD / 4; i += AO_THREADS) ((float4 *)qs)[i] = __ldcg(q4 + i);
     kv.newest(s, smb + L.k, smb + L.v);
-    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* the K/V rows; the o rows may still come */
+    gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
     ao_tail<KDT, WDT, DPL, true>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_QAO);
 }

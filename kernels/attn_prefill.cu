@@ -11,9 +11,9 @@
  *
  * Precision: the cache is BF16, so K and V are exact operands; q (F32) and the probabilities
  * enter the products as the sum of two BF16 numbers, their rounding and its rest, which keeps
- * about 16 significant bits where one BF16 rounding would keep 8: the results stay within a few
- * parts in 10^5 of the F32 kernels' (attention.cu) for twice the products, still a small part of
- * the prefill. Accumulation order differs from theirs, so results are not bit-identical.
+ * about 16 significant bits where one BF16 rounding would keep 8, for twice the products.
+ * Accumulation order differs from the F32 kernels' (attention.cu), so results are not
+ * bit-identical; tests/cuda/test_cuda_backend holds the prefill logits to 1e-4 relative of theirs.
  *
  * Takes BF16 caches with head_dim 32, 64, 128 or 256 (attn_prefill_fits) when switched on
  * (THIN_CUDA_ATTN_TC=1; opt-in until it has been timed and checked on the GPU); attention.cu's
@@ -51,12 +51,8 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const uint16_t *p) {
 
 /* x and y as two BF16 pairs: hi their roundings, lo the roundings of what is left (x low). */
 __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t &hi, uint32_t &lo) {
-    const __nv_bfloat16 hx = __float2bfloat16_rn(x), hy = __float2bfloat16_rn(y);
-    __nv_bfloat162 h2;
-    h2.x = hx;
-    h2.y = hy;
-    hi = *(uint32_t *)&h2;
-    lo = bf16x2(x - __bfloat162float(hx), y - __bfloat162float(hy));
+    hi = bf16x2(x, y);
+    lo = bf16x2(x - bf16_bits_to_f32(hi & 0xffffu), y - bf16_bits_to_f32(hi >> 16));
 }
 
 template <int HD>

@@ -209,12 +209,17 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
     return p;
 }
 
-/* ---- cp.async and tensor-core helpers (gemm.cu, attn_prefill.cu) ---- */
+/* ---- cp.async and tensor-core helpers (gemm.cu, attn_prefill.cu, the decode attention's staging) ---- */
 
 /* 16 bytes global → shared; bytes (0..16) are read, the rest zero-filled. */
 __device__ __forceinline__ void gm_cp16(void *dst, const void *src, uint32_t bytes) {
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+/* 16 bytes global → shared, all of them. */
+__device__ __forceinline__ void gm_cp16(void *dst, const void *src) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 /* 4 bytes global → shared; bytes 0 or 4. */
 __device__ __forceinline__ void gm_cp4(void *dst, const void *src, uint32_t bytes) {

@@ -244,8 +244,7 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
     /* With a BF16 cache the prefill's attention can run on tensor cores (attn_prefill.cu,
      * THIN_CUDA_ATTN_TC=1), q and the probabilities as two BF16 parts each: against the F32
      * kernels on the same GPU path, which differ only there, the logits must agree far closer than
-     * the weights' BF16 rounding lets either agree with the CPU (one BF16 rounding of q and p
-     * instead of two parts would be expected at about 1e-3 here). */
+     * the weights' BF16 rounding lets either agree with the CPU (tol_prefill above). */
     if (kv == THIN_DTYPE_BF16 && !getenv("THIN_CUDA_ATTN_TC")) {
         cuda_session *alt = NULL;
         float *ga = malloc((size_t)NLONG * V * sizeof(float));
@@ -298,8 +297,6 @@ out:
     free_model(&m);
 }
 
-/* The cases on one kernel path (the per-op decode kernels with the MLP kernel, or without it, or
- * the persistent one). */
 /* Whether the pass tagged `tag` is left out: env THIN_CUDA_TEST_ONLY=TEXT runs only the passes
  * whose tag starts with TEXT ("" for the first, untagged, pass). */
 static int pass_skipped(const char *tag) {
@@ -310,6 +307,8 @@ static int pass_skipped(const char *tag) {
 /* One case of a pass: its label is the pass's tag and the case's name (lab and tag in scope). */
 #define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
 
+/* The cases on one kernel path (the per-op decode kernels with the MLP kernel, or without it, or
+ * the persistent one). */
 static void run_all(const char *tag) {
     if (pass_skipped(tag)) return;
     char lab[160];
