@@ -87,63 +87,45 @@ C
 cc -O2 -o "$W/memcpy" "$W/memcpy.c"
 MEMCPY=$("$W/memcpy")
 
+# jget KEY: a value of the last run's thin-run --json output ($W/r.json); kv dtypes in lower case
+jget() { python3 -c "import json,sys;v=json.load(open(sys.argv[1]))[sys.argv[2]];print(v.lower() if isinstance(v,str) else v)" "$W/r.json" "$1"; }
+# run THREADS MODEL ARGS...: thin-run on the CPU into $W/r.json
+run() { th=$1 m=$2; shift 2; "$BIN/thin-run" "$W/$m" --device cpu --no-verify --threads "$th" -t 0 --json "$@" > "$W/r.json"; }
+
 # ---- decode runs ----
 echo "model: Llama-shaped, 8 layers, hidden 2048, ffn 5632, vocab 32000, BF16, tied embeddings"
 echo "memcpy: $MEMCPY GB/s copied (reads + writes = twice that in traffic)"
 printf '%-8s %-8s %12s %12s %10s %14s\n' threads kv decode_tok/s weights_GB load_s effective_GB/s
 for th in 1 2; do
     for kv in bf16 f32; do
-        "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --kv-dtype $kv \
-            --ids "1 100 200 300" -t 0 -n "$TOKENS" --json > "$W/r.json"
-        python3 - "$W/r.json" $th $kv <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-gb = r["weight_bytes"] / 1e9
-print("%-8s %-8s %12.2f %12.3f %10.2f %14.2f" % (sys.argv[2], sys.argv[3], r["decode_tok_s"], gb,
-      r["load_s"], gb * r["decode_tok_s"]))
-PY
+        run $th m.thin --kv-dtype $kv --ids "1 100 200 300" -n "$TOKENS"
+        tok=$(jget decode_tok_s) gb=$(awk "BEGIN { print $(jget weight_bytes) / 1e9 }")
+        printf '%-8s %-8s %12.2f %12.3f %10.2f %14.2f\n' $th $kv "$tok" "$gb" "$(jget load_s)" \
+            "$(awk "BEGIN { print $gb * $tok }")"
     done
 done
 # ---- the same model quantized (thin-quant --profile fp8-all): FP8 E4M3 weights, per-row scales ----
 "$BIN/thin-quant" -q --profile fp8-all "$W/m.thin" -o "$W/f.thin"
 printf '%-8s %-8s %16s %12s\n' threads weights decode_tok/s weights_GB
 for th in 1 2; do
-    "$BIN/thin-run" "$W/f.thin" --device cpu --no-verify --threads $th --ids "1 100 200 300" -t 0 \
-        -n "$TOKENS" --json > "$W/r.json"
-    python3 - "$W/r.json" $th <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("%-8s %-8s %16.2f %12.3f" % (sys.argv[2], "fp8", r["decode_tok_s"], r["weight_bytes"] / 1e9))
-PY
+    run $th f.thin --ids "1 100 200 300" -n "$TOKENS"
+    printf '%-8s %-8s %16.2f %12.3f\n' $th fp8 "$(jget decode_tok_s)" "$(awk "BEGIN { print $(jget weight_bytes) / 1e9 }")"
 done
 rm -f "$W/f.thin"
 # ---- prefill: a prompt of PROMPT ids, batched (each weight read once per batch of tokens) ----
 PROMPT=${PROMPT:-128}
-IDS=$(seq 1 "$PROMPT" | tr '\n' ' ')
 printf '%-8s %-8s %16s\n' threads kv "prefill_tok/s($PROMPT)"
 for th in 1 2; do
-    "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --ids "$IDS" -t 0 -n 1 \
-        --json > "$W/r.json"
-    python3 - "$W/r.json" $th <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("%-8s %-8s %16.2f" % (sys.argv[2], r["kv_dtype"].lower(), r["prefill_tok_s"]))
-PY
+    run $th m.thin --ids "$(seq 1 "$PROMPT" | tr '\n' ' ')" -n 1
+    printf '%-8s %-8s %16.2f\n' $th "$(jget kv_dtype)" "$(jget prefill_tok_s)"
 done
 # ---- a long context: a prompt of LONG ids, then 16 tokens decoded at positions LONG.. ----
 LONG=${LONG:-1000}
-IDS=$(seq 1 "$LONG" | tr '\n' ' ')
 printf '%-8s %-8s %16s %16s\n' threads kv "prefill_tok/s($LONG)" "decode_tok/s(@$LONG)"
 for th in 1 2; do
-    "$BIN/thin-run" "$W/m.thin" --device cpu --no-verify --threads $th --ids "$IDS" -t 0 -n 16 \
-        --ignore-eos --json > "$W/r.json"
-    python3 - "$W/r.json" $th <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("%-8s %-8s %16.2f %16.2f" % (sys.argv[2], r["kv_dtype"].lower(), r["prefill_tok_s"],
-                                   r["decode_tok_s"]))
-PY
+    run $th m.thin --ids "$(seq 1 "$LONG" | tr '\n' ' ')" -n 16 --ignore-eos
+    printf '%-8s %-8s %16.2f %16.2f\n' $th "$(jget kv_dtype)" "$(jget prefill_tok_s)" "$(jget decode_tok_s)"
 done
 # verify-on-load cost (thin-run's default)
 "$BIN/thin-run" "$W/m.thin" --device cpu --ids 1 -n 1 -t 0 --json > "$W/r.json"
-python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('load with --verify: %.2f s' % r['load_s'])" "$W/r.json"
+printf 'load with --verify: %.2f s\n' "$(jget load_s)"

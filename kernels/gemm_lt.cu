@@ -183,10 +183,10 @@ cudaError_t gemm_lt_start(gemm_lt **out, const char **why) {
     void *buf = NULL;
     cudaStream_t st = NULL;
     const uint32_t d = 64;
-    const size_t ab = (size_t)d * d * sizeof(__nv_bfloat16);
-    if (e == cudaSuccess) e = cudaMalloc(&buf, 2 * ab + (size_t)d * d * sizeof(float));
+    const size_t ab = (size_t)d * d * sizeof(__nv_bfloat16), bytes = 2 * ab + (size_t)d * d * sizeof(float);
+    if (e == cudaSuccess) e = cudaMalloc(&buf, bytes);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, 2 * ab + (size_t)d * d * sizeof(float), st);
+    if (e == cudaSuccess) e = cudaMemsetAsync(buf, 0, bytes, st);
     if (e == cudaSuccess) e = lt_matmul(g, buf, d, 0, (const uint8_t *)buf + ab, d, (float *)((uint8_t *)buf + 2 * ab), d, d, d, d, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (st) cudaStreamDestroy(st);

@@ -198,16 +198,18 @@ static void dot4(const void *row, thin_dtype dt, const float *x, uint64_t ldx, u
 }
 
 /* y += a * row (n elements of dtype dt: F32 or BF16, the KV caches) */
-static void axpy_row(float *y, float a, const void *row, thin_dtype dt, uint64_t n) {
+static inline __attribute__((always_inline)) void axpy_row_t(float *y, float a, const void *row,
+                                                              thin_dtype dt, uint64_t n) {
     const __m256 va = _mm256_set1_ps(a);
     uint64_t c = 0;
-    if (dt == THIN_DTYPE_BF16)
-        for (; c + 8 <= n; c += 8)
-            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, load8(row, THIN_DTYPE_BF16, c), _mm256_loadu_ps(y + c)));
-    else
-        for (; c + 8 <= n; c += 8)
-            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, load8(row, THIN_DTYPE_F32, c), _mm256_loadu_ps(y + c)));
+    for (; c + 8 <= n; c += 8)
+        _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, load8(row, dt, c), _mm256_loadu_ps(y + c)));
     for (; c < n; c++) y[c] += a * elem_at(row, dt, c);
+}
+
+static void axpy_row(float *y, float a, const void *row, thin_dtype dt, uint64_t n) {
+    if (dt == THIN_DTYPE_BF16) axpy_row_t(y, a, row, THIN_DTYPE_BF16, n);
+    else axpy_row_t(y, a, row, THIN_DTYPE_F32, n);
 }
 #else
 static float dot_row(const void *row, thin_dtype dt, const float *x, uint64_t n) {
@@ -256,21 +258,15 @@ void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint6
 #endif
     for (uint64_t r = r0; r < r1; r++) {
         const uint8_t *row = base + r * W->cols * esz;
+        /* the FP8 row's scale (and load8's 2^8); 1 (exact) for the other dtypes */
         const float f = W->dtype == THIN_DTYPE_F8_E4M3 ? k * (W->scale ? W->scale[r] : 1.0f) : 1.0f;
         uint32_t i = 0;
         for (; i + 4 <= nb; i += 4) {
             float s[4];
             dot4(row, W->dtype, x + i * ldx, ldx, W->cols, s);
-            for (int j = 0; j < 4; j++) {
-                if (W->dtype == THIN_DTYPE_F8_E4M3) s[j] *= f;
-                y[(i + j) * ldy + r] = s[j];
-            }
+            for (int j = 0; j < 4; j++) y[(i + j) * ldy + r] = s[j] * f;
         }
-        for (; i < nb; i++) {
-            float s = dot_row(row, W->dtype, x + i * ldx, W->cols);
-            if (W->dtype == THIN_DTYPE_F8_E4M3) s *= f;
-            y[i * ldy + r] = s;
-        }
+        for (; i < nb; i++) y[i * ldy + r] = dot_row(row, W->dtype, x + i * ldx, W->cols) * f;
     }
 }
 

@@ -11,7 +11,8 @@
 #include "ops.h"
 #include "pool.h"
 
-/* Below this many weights a matrix product runs on the calling thread alone. */
+/* Below this many multiply-adds (a linear's weights; an attention's positions × heads × head_dim)
+ * the work runs on the calling thread alone. */
 #define PARALLEL_MIN_WEIGHTS ((uint64_t)1 << 16)
 /* Rows of a batch: a prompt runs CPU_BATCH tokens at a time, each linear reading its weights once
  * for all of them (op_matmat). Every row's arithmetic is that of one token run alone, so the
