@@ -54,6 +54,12 @@ void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64
 void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
                uint64_t r0, uint64_t r1);
 
+/* 1 when op_matmat runs its AVX-512 form for two or more vectors (a CPU with AVX-512 F/BW/DQ/VL,
+ * unless the environment sets THIN_CPU_AVX512=0), else 0. Both forms give the same bits. force 0 or 1
+ * selects a form for the process (1 only where the CPU has it) and returns the form now in use;
+ * -1 only asks. */
+int op_cpu_avx512(int force);
+
 /* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within each head of head_dim,
  * dims i and i + head_dim/2 rotate by angle pos * theta^(-2i/head_dim), i < head_dim/2.
  * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. */

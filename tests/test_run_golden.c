@@ -206,7 +206,7 @@ static void test_batched_equals_token_by_token(void **state) {
     golden_ids(fx, "once_upon_a_time", "sequence ", seq, POSITIONS + 1);
     const char *paths[] = {fx->f32_path, fx->bf16_path};
     const thin_dtype kvs[] = {THIN_DTYPE_F32, THIN_DTYPE_BF16};
-    enum { N = 37 }; /* four batches and a part one */
+    enum { N = 77 }; /* two batches of 32 and a part one */
     float *one = malloc((size_t)N * VOCAB * sizeof *one);
     assert_non_null(one);
     for (int f = 0; f < 2; f++)
@@ -227,6 +227,12 @@ static void test_batched_equals_token_by_token(void **state) {
             /* and a batch that starts past position 0 (a later turn of a chat) */
             assert_int_equal(cpu_session_forward(m.s, seq + 11, 13, 11, all, NULL), 0);
             assert_memory_equal(all, one + (size_t)11 * VOCAB, (size_t)13 * VOCAB * sizeof(float));
+            /* a prompt run without logits or ids computes the last row's logits alone: the same */
+            assert_int_equal(cpu_session_forward(m.s, seq, N, 0, NULL, NULL), 0);
+            assert_memory_equal(cpu_session_logits(m.s), one + (size_t)(N - 1) * VOCAB,
+                                VOCAB * sizeof(float));
+            assert_int_equal(cpu_session_forward(m.s, seq, 32, 0, NULL, NULL), 0); /* a whole batch */
+            assert_memory_equal(cpu_session_logits(m.s), one + (size_t)31 * VOCAB, VOCAB * sizeof(float));
             free(all);
             model_close(&m);
         }
