@@ -350,21 +350,19 @@ static int block_vectors(uint32_t m, int *slot) {
     return nv[*slot];
 }
 
-static void matmat512(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx,
-                      uint32_t nb, uint64_t r0, uint64_t r1, size_t esz, float k) {
-    const int di = W->dtype == THIN_DTYPE_F32 ? 0 : W->dtype == THIN_DTYPE_BF16 ? 1
-                 : W->dtype == THIN_DTYPE_F16 ? 2 : 3;
-    const size_t pitch = W->cols * esz;
-    const uint8_t *base = (const uint8_t *)W->data;
+static void products512(float *y, uint64_t ldy, const uint8_t *base, size_t pitch, thin_dtype dt,
+                        uint64_t n, const float *scale, float k, const float *x, uint64_t ldx,
+                        uint32_t nb, uint64_t r0, uint64_t r1) {
+    const int di = dt == THIN_DTYPE_F32 ? 0 : dt == THIN_DTYPE_BF16 ? 1 : dt == THIN_DTYPE_F16 ? 2 : 3;
     float s[4 * 6];
     for (uint64_t r = r0; r < r1;) {
         const int rb = r1 - r >= 4 ? 4 : 1;
         for (uint32_t i = 0; i < nb;) {
             int slot;
             const int nv = block_vectors(nb - i, &slot);
-            dot_blocks[di][rb == 4][slot](base + r * pitch, pitch, x + i * ldx, ldx, W->cols, s);
+            dot_blocks[di][rb == 4][slot](base + r * pitch, pitch, x + i * ldx, ldx, n, s);
             for (int a = 0; a < rb; a++) {
-                const float f = W->dtype == THIN_DTYPE_F8_E4M3 ? k * (W->scale ? W->scale[r + a] : 1.0f) : 1.0f;
+                const float f = dt == THIN_DTYPE_F8_E4M3 ? k * (scale ? scale[r + a] : 1.0f) : 1.0f;
                 for (int b = 0; b < nv; b++) y[(i + b) * ldy + r + a] = s[a * nv + b] * f;
             }
             i += nv;
@@ -398,33 +396,41 @@ int op_cpu_avx512(int force) {
 }
 #endif
 
-void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
-               uint64_t r0, uint64_t r1) {
-    size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-    const uint8_t *base = (const uint8_t *)W->data;
+/* y[i * ldy + r] = (row r · x_i) × f_r for rows [r0, r1) of n elements of dtype dt at base +
+ * r * pitch and vectors x_i = x + i * ldx, i < nb: op_matvec's arithmetic for each. f_r is 1
+ * (exact) except for FP8 rows: their scale (1 without scales) times load8's 2^8. */
+static void products(float *y, uint64_t ldy, const uint8_t *base, size_t pitch, thin_dtype dt,
+                     uint64_t n, const float *scale, const float *x, uint64_t ldx, uint32_t nb,
+                     uint64_t r0, uint64_t r1) {
     float k = 1.0f;
 #ifdef OPS_AVX2
-    if (W->dtype == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* see load8 */
+    if (dt == THIN_DTYPE_F8_E4M3) k = 0x1p8f; /* see load8 */
     /* one vector (decode) stays on AVX2: as fast for BF16 weights and faster for FP8 ones, whose
      * widening bounds it (Llama-shaped 0.85 GB model on a 2-core AVX-512 machine: fp8-all decode
      * 17-18 / 34-35 tokens/s on one / two threads against 19 / 40) */
     if (nb >= 2 && op_cpu_avx512(-1)) {
-        matmat512(y, ldy, W, x, ldx, nb, r0, r1, esz, k);
+        products512(y, ldy, base, pitch, dt, n, scale, k, x, ldx, nb, r0, r1);
         return;
     }
 #endif
     for (uint64_t r = r0; r < r1; r++) {
-        const uint8_t *row = base + r * W->cols * esz;
-        /* the FP8 row's scale (and load8's 2^8); 1 (exact) for the other dtypes */
-        const float f = W->dtype == THIN_DTYPE_F8_E4M3 ? k * (W->scale ? W->scale[r] : 1.0f) : 1.0f;
+        const uint8_t *row = base + r * pitch;
+        const float f = dt == THIN_DTYPE_F8_E4M3 ? k * (scale ? scale[r] : 1.0f) : 1.0f;
         uint32_t i = 0;
         for (; i + 4 <= nb; i += 4) {
             float s[4];
-            dot4(row, W->dtype, x + i * ldx, ldx, W->cols, s);
+            dot4(row, dt, x + i * ldx, ldx, n, s);
             for (int j = 0; j < 4; j++) y[(i + j) * ldy + r] = s[j] * f;
         }
-        for (; i < nb; i++) y[i * ldy + r] = dot_row(row, W->dtype, x + i * ldx, W->cols) * f;
+        for (; i < nb; i++) y[i * ldy + r] = dot_row(row, dt, x + i * ldx, n) * f;
     }
+}
+
+void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
+               uint64_t r0, uint64_t r1) {
+    const size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    products(y, ldy, (const uint8_t *)W->data, W->cols * esz, W->dtype, W->cols, W->scale, x, ldx,
+             nb, r0, r1);
 }
 
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
@@ -503,6 +509,78 @@ void op_attention(float *out, const float *q, const void *kcache, const void *vc
                   uint64_t n_pos, float *scratch) {
     op_attention_heads(out, q, kcache, vcache, kv_dtype, n_heads, n_kv_heads, head_dim, n_pos, 0,
                        n_heads, scratch);
+}
+
+/* out_i += Σ_{t < n_i} p_i[t] · V_t for rows i < nr (nr ≤ 2): each element's sum in axpy_row's
+ * order (t ascending, one FMA per term in the 8-element pieces, the scalar form past them), with
+ * the sums of up to 32 elements of both rows in registers while V_t's piece is widened once. */
+static void wsum_rows(float *const *out, const float *const *p, const uint64_t *n, int nr,
+                      const uint8_t *vbase, size_t pitch, thin_dtype dt, uint64_t head_dim) {
+#ifdef OPS_AVX2
+    const uint64_t nmin = nr == 2 && n[1] < n[0] ? n[1] : n[0];
+    uint64_t d = 0;
+    for (int w; (w = head_dim - d >= 32 ? 4 : (int)((head_dim - d) / 8)) > 0; d += 8 * (uint64_t)w) {
+        /* w pieces of 8 elements from d */
+        __m256 acc[2][4];
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < w; j++) acc[r][j] = _mm256_loadu_ps(out[r] + d + 8 * j);
+        uint64_t t = 0;
+        if (nr == 2 && w == 4)
+            for (; t < nmin; t++) {
+                const uint8_t *v = vbase + t * pitch;
+                const __m256 a0 = _mm256_set1_ps(p[0][t]), a1 = _mm256_set1_ps(p[1][t]);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const __m256 vv = load8(v, dt, d + 8 * j);
+                    acc[0][j] = _mm256_fmadd_ps(a0, vv, acc[0][j]);
+                    acc[1][j] = _mm256_fmadd_ps(a1, vv, acc[1][j]);
+                }
+            }
+        for (int r = 0; r < nr; r++)
+            for (uint64_t u = t; u < n[r]; u++) {
+                const uint8_t *v = vbase + u * pitch;
+                const __m256 a = _mm256_set1_ps(p[r][u]);
+                for (int j = 0; j < w; j++) acc[r][j] = _mm256_fmadd_ps(a, load8(v, dt, d + 8 * j), acc[r][j]);
+            }
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < w; j++) _mm256_storeu_ps(out[r] + d + 8 * j, acc[r][j]);
+    }
+    for (int r = 0; r < nr; r++) /* the elements past the last piece of 8 */
+        for (uint64_t t = 0; t < n[r]; t++)
+            for (uint64_t c = d; c < head_dim; c++) out[r][c] += p[r][t] * elem_at(vbase + t * pitch, dt, c);
+#else
+    for (int r = 0; r < nr; r++)
+        for (uint64_t t = 0; t < n[r]; t++) axpy_row(out[r], p[r][t], vbase + t * pitch, dt, head_dim);
+#endif
+}
+
+void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
+                       const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
+                       uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
+                       float *scratch) {
+    const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads, n_all = pos0 + nb;
+    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (uint64_t h = h0; h < h1; h++) {
+        const uint64_t kvo = (h / group) * head_dim;
+        /* every row's scores against every stored position (those past a row's own are not used) */
+        products(scratch, n_all, (const uint8_t *)kcache + kvo * esz, kv_dim * esz, kv_dtype,
+                 head_dim, NULL, q + h * head_dim, ldq, nb, 0, n_all);
+        for (uint32_t i = 0; i < nb; i++) {
+            float *si = scratch + (size_t)i * n_all;
+            const uint64_t n = pos0 + i + 1;
+            for (uint64_t t = 0; t < n; t++) si[t] *= scale;
+            softmax(si, n);
+            memset(out + i * ldo + h * head_dim, 0, head_dim * sizeof(float));
+        }
+        for (uint32_t i = 0; i < nb; i += 2) {
+            const int nr = nb - i >= 2 ? 2 : 1;
+            float *o[2] = {out + i * ldo + h * head_dim, out + (i + 1) * ldo + h * head_dim};
+            const float *pr[2] = {scratch + (size_t)i * n_all, scratch + (size_t)(i + 1) * n_all};
+            const uint64_t n[2] = {pos0 + i + 1, pos0 + i + 2};
+            wsum_rows(o, pr, n, nr, (const uint8_t *)vcache + kvo * esz, kv_dim * esz, kv_dtype, head_dim);
+        }
+    }
 }
 
 /* ---- elementwise ---- */

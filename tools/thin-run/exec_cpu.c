@@ -29,7 +29,7 @@ struct cpu_session {
     void **kcache;     /* n_layers caches, (max_ctx, n_kv_heads * head_dim) of kv_dtype */
     void **vcache;     /* same shape as kcache */
     uint64_t *kv_dim;  /* per layer: n_kv_heads * head_dim of its attention op */
-    float *scratch;    /* (max_ctx) attention scores per thread */
+    float *scratch;    /* (CPU_BATCH × max_ctx) attention scores per thread */
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
     pool *pool;
 };
@@ -96,8 +96,44 @@ static void attention(cpu_session *s, const plan_op *op, uint32_t i, uint32_t po
         pool_run(s->pool, attn_part, &j);
 }
 
-/* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i's K/V stored
- * before its attention, so row i attends rows 0..i of the batch as a token-by-token run would).
+typedef struct attn_rows_job {
+    cpu_session *s;
+    const plan_op *op;
+    uint32_t nb, pos;
+} attn_rows_job;
+
+/* Query heads [n_heads part / n, n_heads (part + 1) / n) of every row of the batch. */
+static void attn_rows_part(void *arg, unsigned part, unsigned n) {
+    const attn_rows_job *j = arg;
+    const cpu_session *s = j->s;
+    const plan_op *op = j->op;
+    const int32_t l = op->layer;
+    const uint64_t *sz = s->p->buf_sizes;
+    op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q], s->kcache[l],
+                      s->vcache[l], s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim,
+                      j->pos, j->nb, op->n_heads * part / n, op->n_heads * (part + 1) / n,
+                      s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
+}
+
+/* A batch's attention: every row's K/V stored first (row i attends positions up to its own, so
+ * the later rows' do not change its result), then the heads split over the threads, each head's
+ * cached rows read once for all the rows (op_attention_rows: each row's arithmetic is that of the
+ * token alone). */
+static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint32_t pos) {
+    const int32_t l = op->layer;
+    for (uint32_t i = 0; i < nb; i++)
+        op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
+                    s->kv_dim[l], pos + i);
+    attn_rows_job j = {s, op, nb, pos};
+    if ((uint64_t)(pos + nb) * nb * op->n_heads * op->head_dim < PARALLEL_MIN_WEIGHTS ||
+        pool_size(s->pool) == 1)
+        attn_rows_part(&j, 0, 1);
+    else
+        pool_run(s->pool, attn_rows_part, &j);
+}
+
+/* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i attends
+ * positions up to its own, rows 0..i of the batch, as a token-by-token run would).
  * The linear into the logits runs for rows lm0.. only (none when lm0 == nb): a prompt's other
  * rows need no logits, and each row's are the same whichever rows run beside it. */
 static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t pos, uint32_t lm0) {
@@ -108,6 +144,10 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
         if (op->kind == PLAN_LINEAR) {
             const uint32_t i0 = op->out == p->logits_buf ? lm0 : 0;
             if (i0 < nb) linear(s, op, i0, nb);
+            continue;
+        }
+        if (op->kind == PLAN_ATTENTION && nb > 1) {
+            attention_rows(s, op, nb, pos);
             continue;
         }
         for (uint32_t i = 0; i < nb; i++) {
@@ -190,7 +230,8 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
         snprintf(err, errlen, "cannot start %u threads", threads);
         return -1;
     }
-    if (!(s->scratch = calloc((size_t)pool_size(s->pool) * s->max_ctx, sizeof(float)))) return -1;
+    if (!(s->scratch = calloc((size_t)pool_size(s->pool) * CPU_BATCH * s->max_ctx, sizeof(float))))
+        return -1;
     return 0;
 }
 
