@@ -332,6 +332,12 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
 extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t max_ctx, char *err,
                                    size_t errlen) {
     *out = NULL;
+    if (p->shards > 1) { /* a split run stands for several devices: the CPU backend's */
+        if (err && errlen)
+            snprintf(err, errlen, "a run split over %u devices is the CPU backend's (--device cpu)",
+                     p->shards);
+        return -1;
+    }
     cuda_session *s = (cuda_session *)calloc(1, sizeof *s);
     if (!s) {
         if (err && errlen) snprintf(err, errlen, "out of memory");

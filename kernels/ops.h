@@ -54,6 +54,11 @@ void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64
 void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
                uint64_t r0, uint64_t r1);
 
+/* op_matmat over columns [c0, c1) of W and of every x_i: the partial products that a device
+ * holding those columns of a row-split linear computes (FP8 rows scaled as op_matmat scales). */
+void op_matmat_cols(float *y, uint64_t ldy, const thin_wmat *W, uint64_t c0, uint64_t c1,
+                    const float *x, uint64_t ldx, uint32_t nb, uint64_t r0, uint64_t r1);
+
 /* 1 when op_matmat runs its AVX-512 form for two or more vectors (a CPU with AVX-512 F/BW/DQ/VL,
  * unless the environment sets THIN_CPU_AVX512=0), else 0. Both forms give the same bits. force 0 or 1
  * selects a form for the process (1 only where the CPU has it) and returns the form now in use;

@@ -433,6 +433,13 @@ void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint6
              nb, r0, r1);
 }
 
+void op_matmat_cols(float *y, uint64_t ldy, const thin_wmat *W, uint64_t c0, uint64_t c1,
+                    const float *x, uint64_t ldx, uint32_t nb, uint64_t r0, uint64_t r1) {
+    const size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    products(y, ldy, (const uint8_t *)W->data + c0 * esz, W->cols * esz, W->dtype, c1 - c0,
+             W->scale, x + c0, ldx, nb, r0, r1);
+}
+
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
     op_matmat(y, 0, W, x, 0, 1, r0, r1);
 }

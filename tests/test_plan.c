@@ -270,11 +270,75 @@ static void test_bad_tapes_are_refused(void **state) {
     expect_error(tape(), THIN_E_BAD_MANIFEST, "without a scale", 2);
 }
 
+/* The tape with the split marks of a Llama layer: q, k, v, gate, up and the LM head "col", o
+ * and down "row". */
+static json_t *tape_split(void) {
+    json_t *t = tape(), *ops = json_object_get(t, "ops");
+    const size_t col[] = {2, 3, 4, 11, 12, 17}, row[] = {8, 14};
+    for (size_t i = 0; i < sizeof col / sizeof col[0]; i++)
+        json_object_set_new(json_array_get(ops, col[i]), "split", json_string("col"));
+    for (size_t i = 0; i < sizeof row / sizeof row[0]; i++)
+        json_object_set_new(json_array_get(ops, row[i]), "split", json_string("row"));
+    return t;
+}
+
+/* plan_check_split on variant t (stolen) over n devices: THIN_OK, or an error whose message has
+ * needle. */
+static void expect_split(json_t *t, uint32_t n, const char *needle) {
+    built b;
+    build(&b, (variant){t, THIN_CODEC_NONE, 0, NULL}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    char err[512] = "";
+    const thin_status st = plan_check_split(&b.p, n, err, sizeof err);
+    if (!needle && st != THIN_OK) fail_msg("%u devices: %s", n, err);
+    if (needle && (st == THIN_OK || !strstr(err, needle)))
+        fail_msg("%u devices: status %d, message '%s' lacks '%s'", n, st, err, needle);
+    unbuild(&b);
+}
+
+/* Sets op i's split ("col", "row", or NULL for none). */
+static json_t *set_split(json_t *t, size_t i, const char *split) {
+    json_t *o = json_array_get(json_object_get(t, "ops"), i);
+    if (split) json_object_set_new(o, "split", json_string(split));
+    else json_object_del(o, "split");
+    return t;
+}
+
+static void test_split_over_devices(void **state) {
+    (void)state;
+    expect_split(tape_split(), 1, NULL);
+    expect_split(tape(), 2, NULL); /* nothing split: every device computes everything */
+    /* one KV head: k's rows divide in two, its heads do not */
+    expect_split(tape_split(), 2, "tape op 6 (rope, layer 0): its heads do not divide");
+    json_t *t = tape_split(); /* without rope, the attention finds it */
+    json_array_remove(json_object_get(t, "ops"), 6);
+    json_array_remove(json_object_get(t, "ops"), 5);
+    expect_split(t, 2, "tape op 5 (attention, layer 0): its query or KV heads do not divide");
+    /* with q, k and v whole (every device runs the attention), the MLP's marks are checked */
+    t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
+    expect_split(set_split(t, 8, NULL), 2, NULL);
+    t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
+    expect_split(t, 2, "tape op 8 (linear model.layers.0.self_attn.o_proj.weight): a row split's "
+                       "input is whole");
+    t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
+    expect_split(set_split(t, 8, "col"), 2, "tape op 9 (add): one operand is divided");
+    t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
+    expect_split(set_split(set_split(t, 8, NULL), 11, NULL), 2, "tape op 13 (silu_mul): one operand is divided");
+    t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
+    expect_split(set_split(t, 8, NULL), 3, "tape op 17 (linear model.embed_tokens.weight): its rows");
+    /* a split that names neither way */
+    expect_error(set_split(tape_split(), 2, "diag"), THIN_E_BAD_MANIFEST, "split is neither", 0);
+    t = tape_split();
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 2), "split", json_integer(1));
+    expect_error(t, THIN_E_BAD_MANIFEST, "split is neither", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_tape_compiles_and_runs),
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
         cmocka_unit_test(test_bad_tapes_are_refused),
+        cmocka_unit_test(test_split_over_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,6 +198,44 @@ static void test_bf16_weights_track_f32(void **state) {
     free(ref);
 }
 
+/* The model run as a split over 2 and 4 devices would run it (plan.shards: o and down summed
+ * from per-device partial products): the same model to within the summation order, against the
+ * golden logits as tightly as the whole run, and the same greedy ids; 3 devices do not divide its
+ * heads. */
+static void test_split_runs_track_whole(void **state) {
+    fixture *fx = *state;
+    int32_t seq[POSITIONS + 1];
+    golden_ids(fx, "once_upon_a_time", "sequence ", seq, POSITIONS + 1);
+    float *ref = golden_logits(fx);
+    model m;
+    model_open(&m, fx->f32_path, THIN_DTYPE_F32);
+    float *whole = score_all(&m, seq);
+    char err[512];
+    assert_int_equal(plan_check_split(&m.p, 3, err, sizeof err), THIN_E_UNSUPPORTED);
+    assert_non_null(strstr(err, "cannot split over 3 devices"));
+    model_close(&m);
+    for (uint32_t n = 2; n <= 4; n += 2) {
+        model_open(&m, fx->f32_path, THIN_DTYPE_F32);
+        assert_int_equal(plan_check_split(&m.p, n, err, sizeof err), THIN_OK);
+        cpu_session_free(m.s);
+        m.p.shards = n;
+        if (cpu_session_create(&m.s, &m.p, m.p.hp.max_pos, 2, err, sizeof err))
+            fail_msg("session: %s", err);
+        float *split = score_all(&m, seq);
+        const double dw = max_abs_diff(split, whole, (size_t)POSITIONS * VOCAB);
+        const double dg = max_abs_diff(split, ref, (size_t)POSITIONS * VOCAB);
+        printf("%u devices: max |logit - whole run| = %.3g, |logit - golden| = %.3g\n", n, dw, dg);
+        assert_true(dw > 0 && dw <= 1e-4); /* the partial sums do change the last bits */
+        assert_true(dg <= 1e-4);
+        for (size_t p = 0; p < POSITIONS; p++)
+            assert_int_equal(op_argmax(split + p * VOCAB, VOCAB), op_argmax(whole + p * VOCAB, VOCAB));
+        free(split);
+        model_close(&m);
+    }
+    free(whole);
+    free(ref);
+}
+
 /* A prompt runs in batches (each linear reading its weights once per batch): its logits must be
  * those of the same tokens run one at a time, bit for bit, for every weight and cache dtype. */
 static void test_batched_equals_token_by_token(void **state) {
@@ -245,6 +283,7 @@ int main(void) {
         cmocka_unit_test(test_golden_logits_f32),
         cmocka_unit_test(test_bf16_weights_track_f32),
         cmocka_unit_test(test_batched_equals_token_by_token),
+        cmocka_unit_test(test_split_runs_track_whole),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

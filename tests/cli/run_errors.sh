@@ -39,6 +39,13 @@ expect 1 "$R" "$T/bad.thin" --ids 1 -n 1
 # same seed, same sample
 "$R" "$T/s.thin" -t 1 --seed 5 -n 30 > "$T/a.txt" || exit 1
 "$R" "$T/s.thin" -t 1 --seed 5 -n 30 --threads 1 | cmp - "$T/a.txt" || exit 1
+# --shards: a split the heads allow runs on the CPU (same greedy ids here); others are refused
+"$R" "$T/s.thin" --device cpu --ids "1 403" -t 0 -n 20 > "$T/whole.txt" || exit 1
+"$R" "$T/s.thin" --shards 2 --ids "1 403" -t 0 -n 20 | cmp - "$T/whole.txt" || exit 1
+expect 1 "$R" "$T/s.thin" --shards 3 --ids 1 -n 1
+grep -q "s.thin: cannot split over 3 devices: tape op .*: its rows do not divide" "$T/err" || exit 1
+expect 2 "$R" "$T/s.thin" --shards 0
+expect 2 "$R" "$T/s.thin" --shards 2 --device cuda
 # --device cuda either runs (a GPU build on a GPU) or says why not, with exit 1
 "$R" "$T/s.thin" --device cuda --ids 1 -n 1 > "$T/out" 2> "$T/err"; got=$?
 if [ "$got" -ne 0 ]; then [ "$got" -eq 1 ] && grep -q "cuda" "$T/err" || exit 1; fi

@@ -30,6 +30,7 @@ struct cpu_session {
     void **vcache;     /* same shape as kcache */
     uint64_t *kv_dim;  /* per layer: n_kv_heads * head_dim of its attention op */
     float *scratch;    /* (CPU_BATCH × max_ctx) attention scores per thread */
+    float *part;       /* a device's partial products of a row split (p->shards > 1), or NULL */
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
     pool *pool;
 };
@@ -40,24 +41,47 @@ typedef struct matmat_job {
     const thin_wmat *w;
     const float *x;
     uint32_t nb;
+    uint64_t c0, c1; /* columns, all of them unless a device's share of a row split */
 } matmat_job;
 
 static void matmat_part(void *arg, unsigned part, unsigned n_parts) {
     const matmat_job *j = arg;
     uint64_t rows = j->w->rows;
     uint64_t r0 = rows * part / n_parts, r1 = rows * (part + 1) / n_parts;
-    op_matmat(j->y, j->ldy, j->w, j->x, j->ldx, j->nb, r0, r1);
+    if (j->c0 == 0 && j->c1 == j->w->cols)
+        op_matmat(j->y, j->ldy, j->w, j->x, j->ldx, j->nb, r0, r1);
+    else
+        op_matmat_cols(j->y, j->ldy, j->w, j->c0, j->c1, j->x, j->ldx, j->nb, r0, r1);
 }
 
-/* The linear for rows [i0, nb) of the batch. */
+static void run_matmat(cpu_session *s, matmat_job *j) {
+    if (j->w->rows * (j->c1 - j->c0) < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
+        matmat_part(j, 0, 1);
+    else
+        pool_run(s->pool, matmat_part, j);
+}
+
+/* The linear for rows [i0, nb) of the batch. A row split in a run standing for several devices
+ * (p->shards) is summed from each device's partial products over its columns, in device order. */
 static void linear(cpu_session *s, const plan_op *op, uint32_t i0, uint32_t nb) {
     const uint64_t *sz = s->p->buf_sizes;
-    matmat_job j = {s->buf[op->out] + (size_t)i0 * sz[op->out], sz[op->out], sz[op->in], &op->w,
-                    s->buf[op->in] + (size_t)i0 * sz[op->in], nb - i0};
-    if (op->w.rows * op->w.cols < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
-        matmat_part(&j, 0, 1);
-    else
-        pool_run(s->pool, matmat_part, &j);
+    float *y = s->buf[op->out] + (size_t)i0 * sz[op->out];
+    matmat_job j = {y, sz[op->out], sz[op->in], &op->w, s->buf[op->in] + (size_t)i0 * sz[op->in],
+                    nb - i0, 0, op->w.cols};
+    const uint32_t n = s->p->shards;
+    if (op->split != PLAN_SPLIT_ROW || n <= 1) {
+        run_matmat(s, &j);
+        return;
+    }
+    j.y = s->part;
+    for (uint32_t d = 0; d < n; d++) {
+        j.c0 = op->w.cols * d / n, j.c1 = op->w.cols * (d + 1) / n;
+        run_matmat(s, &j);
+        for (uint32_t i = 0; i < nb - i0; i++)
+            for (uint64_t r = 0; r < op->w.rows; r++)
+                y[i * sz[op->out] + r] = d ? y[i * sz[op->out] + r] + j.y[i * sz[op->out] + r]
+                                           : j.y[i * sz[op->out] + r];
+    }
 }
 
 /* Row i of buffer b. */
@@ -232,6 +256,14 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
     }
     if (!(s->scratch = calloc((size_t)pool_size(s->pool) * CPU_BATCH * s->max_ctx, sizeof(float))))
         return -1;
+    if (p->shards > 1) { /* as large as the largest buffer a row split writes */
+        uint64_t most = 0;
+        for (uint32_t i = 0; i < p->n_ops; i++)
+            if (p->ops[i].kind == PLAN_LINEAR && p->ops[i].split == PLAN_SPLIT_ROW &&
+                p->buf_sizes[p->ops[i].out] > most)
+                most = p->buf_sizes[p->ops[i].out];
+        if (!(s->part = calloc((size_t)CPU_BATCH * (most ? most : 1), sizeof(float)))) return -1;
+    }
     return 0;
 }
 
@@ -243,6 +275,7 @@ int cpu_session_create(cpu_session **out, const plan *p, uint32_t max_ctx, unsig
         snprintf(err, errlen, "context of %u positions is outside 1..%u", max_ctx, p->hp.max_pos);
         return -1;
     }
+    if (p->shards > 1 && plan_check_split(p, p->shards, err, errlen) != THIN_OK) return -1;
     cpu_session *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
@@ -274,6 +307,7 @@ void cpu_session_free(cpu_session *s) {
     free(s->vcache);
     free(s->kv_dim);
     free(s->scratch);
+    free(s->part);
     free(s);
 }
 

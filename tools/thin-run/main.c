@@ -41,7 +41,7 @@ typedef struct options {
     long long max_tokens;   /* -1 = up to the context limit */
     long long ctx;          /* 0 = the model's limit */
     double temperature, top_p;
-    long long top_k, threads;
+    long long top_k, threads, shards;
     uint64_t seed;
     int have_seed, chat, no_bos, echo, json, verify, quiet, ignore_eos;
     thin_dtype kv_dtype;    /* INVALID = the file's runtime default */
@@ -77,6 +77,8 @@ static void usage(void) {
         "Runtime:\n"
         "  --device cpu|cuda     default: cuda when built with CUDA and a GPU is present\n"
         "  --threads N           CPU threads (default: all cores)\n"
+        "  --shards N            run on the CPU as a tensor-parallel split over N devices would:\n"
+        "                        checks the split, sums o and down from N partial products\n"
         "  --kv-dtype bf16|f32   KV cache type (default: the file's runtime setting, else bf16)\n"
         "  --verify / --no-verify  check every chunk checksum on load (default: verify)\n"
         "  -q, --quiet           no warnings or notes\n"
@@ -88,7 +90,7 @@ static void usage(void) {
 enum {
     O_IDS = 256, O_IDS_FILE, O_IGNORE_EOS, O_CHAT, O_SYSTEM, O_NO_BOS, O_ECHO, O_TOPK, O_TOPP, O_SEED, O_STOP,
     O_CTX, O_SCORE, O_OUT, O_DUMP, O_JSON, O_DEVICE, O_THREADS, O_KV, O_VERIFY, O_NO_VERIFY,
-    O_VERSION
+    O_VERSION, O_SHARDS
 };
 
 static const struct option long_opts[] = {
@@ -100,7 +102,8 @@ static const struct option long_opts[] = {
     {"out", 1, 0, O_OUT},       {"dump-logits", 1, 0, O_DUMP},  {"json", 0, 0, O_JSON},
     {"device", 1, 0, O_DEVICE}, {"threads", 1, 0, O_THREADS},   {"kv-dtype", 1, 0, O_KV},
     {"verify", 0, 0, O_VERIFY}, {"no-verify", 0, 0, O_NO_VERIFY}, {"quiet", 0, 0, 'q'},
-    {"help", 0, 0, 'h'},        {"version", 0, 0, O_VERSION},   {0, 0, 0, 0}};
+    {"help", 0, 0, 'h'},        {"version", 0, 0, O_VERSION},   {"shards", 1, 0, O_SHARDS},
+    {0, 0, 0, 0}};
 
 static int parse_number_opt(int c, const char *arg, options *o) {
     long long v;
@@ -128,6 +131,9 @@ static int parse_number_opt(int c, const char *arg, options *o) {
         return 0;
     case O_CTX:
         if (cli_parse_int(arg, 1, UINT32_MAX, &o->ctx)) return cli_usage_error("bad --ctx");
+        return 0;
+    case O_SHARDS:
+        if (cli_parse_int(arg, 1, 1024, &o->shards)) return cli_usage_error("bad --shards");
         return 0;
     default: /* O_THREADS */
         if (cli_parse_int(arg, 1, 1024, &o->threads)) return cli_usage_error("bad --threads");
@@ -171,7 +177,7 @@ static int parse_opt(int c, const char *arg, options *o) {
 }
 
 static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){.max_tokens = -1, .temperature = 0.8, .top_p = 0.95, .verify = 1};
+    *o = (options){.max_tokens = -1, .temperature = 0.8, .top_p = 0.95, .verify = 1, .shards = 1};
     int c;
     while ((c = getopt_long(argc, argv, "p:n:t:qh", long_opts, NULL)) != -1) {
         if (c == '?' || c == ':') return CLI_EXIT_USAGE;
@@ -187,6 +193,8 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->out && !o->score) return cli_usage_error("--out goes with --score");
     if (o->json && o->score) return cli_usage_error("--json goes with generation, not --score");
     if (o->chat && !o->prompt) return cli_usage_error("--chat needs a text prompt (-p)");
+    if (o->shards > 1 && o->device && strcmp(o->device, "cpu"))
+        return cli_usage_error("--shards runs on the CPU (--device cpu)");
     if (!o->have_seed) o->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     return 0;
 }
@@ -232,6 +240,9 @@ static int open_model(run *r) {
     char err[512];
     if (plan_build(&r->p, r->f, o->kv_dtype, err, sizeof err) != THIN_OK)
         return cli_error("%s: %s", o->model, err), CLI_EXIT_DATA;
+    if (plan_check_split(&r->p, (uint32_t)o->shards, err, sizeof err) != THIN_OK)
+        return cli_error("%s: %s", o->model, err), CLI_EXIT_DATA;
+    r->p.shards = (uint32_t)o->shards;
     return 0;
 }
 
@@ -276,7 +287,7 @@ static int start_backend(run *r) {
     r->be = &backend_cpu;
 #ifdef THIN_RUN_CUDA
     int gpu = gpu_present();
-    if (o->device ? strcmp(o->device, "cuda") == 0 : gpu) {
+    if (o->device ? strcmp(o->device, "cuda") == 0 : gpu && o->shards == 1) {
         if (!gpu) return cli_error("--device cuda: no usable GPU found"), CLI_EXIT_DATA;
         r->be = &backend_cuda;
     }

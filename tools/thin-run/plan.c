@@ -350,10 +350,14 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
         return op_weight(b, o, op, 0, op->head_dim, roles_head_norm);
     default: { /* PLAN_LINEAR */
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
-        const char *split = json_string_value(json_object_get(o, "split"));
+        const json_t *sj = json_object_get(o, "split");
+        const char *split = json_string_value(sj);
         op->split = !split ? PLAN_SPLIT_NONE
                     : strcmp(split, "row") == 0 ? PLAN_SPLIT_ROW
                     : strcmp(split, "col") == 0 ? PLAN_SPLIT_COL : PLAN_SPLIT_NONE;
+        if ((sj && !json_is_null(sj) && !split) || (split && op->split == PLAN_SPLIT_NONE))
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: split is neither \"col\" nor \"row\"",
+                        b->op);
         if (op->in == op->out)
             return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: linear reads and writes one buffer",
                         b->op);
@@ -498,6 +502,7 @@ thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, si
                                                : pick_kv_dtype(&b, kv_dtype);
     if (st == THIN_OK) st = build(&b);
     if (st != THIN_OK) plan_free(p);
+    else p->shards = 1;
     return st;
 }
 
@@ -523,4 +528,86 @@ int32_t plan_buf(const plan *p, const char *name) {
     for (uint32_t i = 0; i < p->n_bufs; i++)
         if (strcmp(p->buf_names[i], name) == 0) return (int32_t)i;
     return -1;
+}
+
+/* ---- split over devices (tensor parallel) ---- */
+
+static const char *op_label(plan_op_kind k) {
+    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
+        if (op_names[i].kind == k) return op_names[i].name;
+    return "?";
+}
+
+/* Heads (of head_dim) of a buffer of n floats divide over the devices. */
+static int heads_divide(uint64_t n, uint32_t head_dim, uint32_t devices) {
+    return head_dim && n % head_dim == 0 && (n / head_dim) % devices == 0;
+}
+
+thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen) {
+    if (n == 0) {
+        snprintf(err, errlen, "cannot split over 0 devices");
+        return THIN_E_INVALID_ARG;
+    }
+    if (n == 1) return THIN_OK;
+    /* each buffer is whole on every device (0) or divided into n equal slices (1) */
+    uint8_t *div = calloc(p->n_bufs ? p->n_bufs : 1, 1);
+    if (!div) {
+        snprintf(err, errlen, "out of memory");
+        return THIN_E_NOMEM;
+    }
+    const uint64_t *sz = p->buf_sizes;
+    const char *why = NULL;
+    uint32_t i = 0;
+    for (; i < p->n_ops && !why; i++) {
+        const plan_op *o = &p->ops[i];
+        switch (o->kind) {
+        case PLAN_EMBED: div[o->out] = 0; break;
+        case PLAN_RMSNORM:
+            if (div[o->in]) why = "its input is divided over the devices (a norm needs it whole)";
+            else div[o->out] = 0;
+            break;
+        case PLAN_LINEAR:
+            if (o->split == PLAN_SPLIT_ROW) {
+                if (!div[o->in]) why = "a row split's input is whole (it must be divided)";
+                else if (o->w.cols % n) why = "its columns do not divide over the devices";
+                else div[o->out] = 0; /* after the all-reduce */
+            } else {
+                if (div[o->in]) why = "its input is divided over the devices (only a row split takes that)";
+                else if (o->split == PLAN_SPLIT_COL && o->w.rows % n)
+                    why = "its rows do not divide over the devices";
+                else div[o->out] = o->split == PLAN_SPLIT_COL;
+            }
+            break;
+        case PLAN_HEAD_RMSNORM:
+        case PLAN_ROPE:
+            if (div[o->in] && !heads_divide(sz[o->in], o->head_dim, n))
+                why = "its heads do not divide over the devices";
+            break;
+        case PLAN_ATTENTION:
+            if (div[o->q] != div[o->k] || div[o->q] != div[o->v])
+                why = "q, k and v are not all divided over the devices";
+            else if (div[o->q] && (o->n_heads % n || o->n_kv_heads % n))
+                why = "its query or KV heads do not divide over the devices";
+            else div[o->out] = div[o->q];
+            break;
+        case PLAN_ADD:
+        case PLAN_SILU_MUL:
+            if (div[o->in] != div[o->out]) why = "one operand is divided over the devices, the other whole";
+            break;
+        }
+    }
+    if (!why && p->logits_buf >= 0 && div[p->logits_buf] && sz[p->logits_buf] % n)
+        why = "the logits do not divide over the devices", i = p->n_ops + 1;
+    free(div);
+    if (!why) return THIN_OK;
+    if (i > p->n_ops)
+        snprintf(err, errlen, "cannot split over %u devices: %s", n, why);
+    else {
+        const plan_op *o = &p->ops[i - 1];
+        char layer[32] = "";
+        if (o->layer >= 0) snprintf(layer, sizeof layer, ", layer %d", o->layer);
+        snprintf(err, errlen, "cannot split over %u devices: tape op %u (%s%s%s%s): %s", n, i - 1,
+                 op_label(o->kind), o->w_name ? " " : "", o->w_name ? o->w_name : "", layer, why);
+    }
+    return THIN_E_UNSUPPORTED;
 }

@@ -68,6 +68,9 @@ typedef struct plan {
     plan_op *ops;
     thin_dtype kv_dtype;  /* KV cache dtype (runtime default from the manifest, or --kv-dtype) */
     uint64_t weight_bytes;/* bytes of distinct weights read per token */
+    uint32_t shards;      /* 1 (plan_build), or the devices a split run stands for (thin-run
+                             --shards: the CPU backend sums each row split from that many
+                             partial products, as the devices' all-reduce would) */
     void *owned_;         /* private: converted/decompressed copies, inv_freq tables */
 } plan;
 
@@ -77,6 +80,13 @@ typedef struct plan {
  * On error returns a thin_status and writes a one-line message into err. */
 thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, size_t errlen);
 void plan_free(plan *p);
+/* Whether the tape runs split over n devices as its linears' split marks say (tensor parallel):
+ * a "col" linear divides its output rows, which stay divided through the ops that work per head
+ * or per element (rope, head_rmsnorm, attention with whole query and KV heads per device,
+ * silu_mul) until a "row" linear takes them as its divided input and an all-reduce makes its
+ * output whole again; norms, embeddings and unsplit linears need whole inputs. THIN_OK, or an
+ * error with a one-line reason naming the op. n = 1 always fits. */
+thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen);
 /* Index of a buffer by name, or -1. */
 int32_t plan_buf(const plan *p, const char *name);
 
