@@ -86,8 +86,10 @@ void op_attention_heads(float *out, const float *q, const void *kcache, const vo
 
 /* op_attention_heads for nb consecutive rows of a prompt: row i (q + i * ldq, out + i * ldo) is
  * at position pos0 + i and attends positions 0..pos0 + i, whose K/V rows the caches already hold.
- * Each position's K and V rows are read once for all the rows; every row's result is
- * op_attention_heads' bit for bit. scratch: nb * (pos0 + nb) floats. */
+ * Each position's K and V rows are read once for all the rows (one row: for all the query heads
+ * of a KV head, up to OP_ATTN_HEADS at a time); every row's result is op_attention_heads' bit for
+ * bit. scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
+#define OP_ATTN_HEADS 8
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,

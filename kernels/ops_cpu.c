@@ -561,32 +561,55 @@ static void wsum_rows(float *const *out, const float *const *p, const uint64_t *
 #endif
 }
 
+/* Attention of nv query vectors (q + j * qs into out + j * os) that read one KV head's rows
+ * (kbase, vbase, pitch bytes apart), vector j over positions 0..n0 + j * dn - 1 (dn = 1: a
+ * prompt's consecutive rows; 0: a token's query heads of one group). Each position's K and V
+ * rows are read once for all the vectors; every result is op_attention_heads' bit for bit.
+ * scratch: nv × (n0 + (nv - 1) dn) floats. */
+static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_t nv, uint64_t n0,
+                   uint64_t dn, const uint8_t *kbase, const uint8_t *vbase, size_t pitch,
+                   thin_dtype dt, uint64_t head_dim, float *scratch) {
+    const uint64_t n_all = n0 + (nv - 1) * dn;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    /* every vector's scores against every position (those past a vector's own are not used) */
+    products(scratch, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, 0, n_all);
+    for (uint32_t j = 0; j < nv; j++) {
+        float *sj = scratch + (size_t)j * n_all;
+        const uint64_t n = n0 + j * dn;
+        for (uint64_t t = 0; t < n; t++) sj[t] *= scale;
+        softmax(sj, n);
+        memset(out + j * os, 0, head_dim * sizeof(float));
+    }
+    for (uint32_t j = 0; j < nv; j += 2) {
+        float *o[2] = {out + j * os, out + (j + 1) * os};
+        const float *pr[2] = {scratch + (size_t)j * n_all, scratch + (size_t)(j + 1) * n_all};
+        const uint64_t n[2] = {n0 + j * dn, n0 + (j + 1) * dn};
+        wsum_rows(o, pr, n, nv - j >= 2 ? 2 : 1, vbase, pitch, dt, head_dim);
+    }
+}
+
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
                        float *scratch) {
-    const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads, n_all = pos0 + nb;
-    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4;
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    for (uint64_t h = h0; h < h1; h++) {
+    const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
+    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4, pitch = kv_dim * esz;
+    const uint8_t *kc = kcache, *vc = vcache;
+    for (uint64_t h = h0; h < h1;) {
         const uint64_t kvo = (h / group) * head_dim;
-        /* every row's scores against every stored position (those past a row's own are not used) */
-        products(scratch, n_all, (const uint8_t *)kcache + kvo * esz, kv_dim * esz, kv_dtype,
-                 head_dim, NULL, q + h * head_dim, ldq, nb, 0, n_all);
-        for (uint32_t i = 0; i < nb; i++) {
-            float *si = scratch + (size_t)i * n_all;
-            const uint64_t n = pos0 + i + 1;
-            for (uint64_t t = 0; t < n; t++) si[t] *= scale;
-            softmax(si, n);
-            memset(out + i * ldo + h * head_dim, 0, head_dim * sizeof(float));
+        uint64_t he = h + 1; /* a prompt: one head for all its rows */
+        if (nb == 1) {       /* a token: the heads of one group, at most OP_ATTN_HEADS */
+            he = (h / group + 1) * group;
+            if (he > h1) he = h1;
+            if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
         }
-        for (uint32_t i = 0; i < nb; i += 2) {
-            const int nr = nb - i >= 2 ? 2 : 1;
-            float *o[2] = {out + i * ldo + h * head_dim, out + (i + 1) * ldo + h * head_dim};
-            const float *pr[2] = {scratch + (size_t)i * n_all, scratch + (size_t)(i + 1) * n_all};
-            const uint64_t n[2] = {pos0 + i + 1, pos0 + i + 2};
-            wsum_rows(o, pr, n, nr, (const uint8_t *)vcache + kvo * esz, kv_dim * esz, kv_dtype, head_dim);
-        }
+        if (nb == 1)
+            attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h),
+                   pos0 + 1, 0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
+        else
+            attend(out + h * head_dim, ldo, q + h * head_dim, ldq, nb, pos0 + 1, 1, kc + kvo * esz,
+                   vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
+        h = he;
     }
 }
 

@@ -280,22 +280,25 @@ static void test_attention_f32_and_bf16_cache(void **state) {
 
 /* op_attention_rows against op_attention_heads one row at a time, bit for bit: F32 and BF16
  * caches, head sizes with and without pieces of 32 and 8 elements, prompts starting at 0 and
- * later, 1..7 rows (pairs and a single one), with the AVX-512 products and without. */
+ * later, 1..7 rows (pairs and a single one; one row takes a group's heads together), head ranges
+ * that cut the groups, with the AVX-512 products and without. */
 static void test_attention_rows_equal_one_at_a_time(void **state) {
     (void)state;
-    enum { NH = 4, NKV = 2, POS0 = 9, NB = 7 };
+    enum { NH = 12, POS0 = 9, NB = 7 }; /* 12 or 6 query heads a KV head */
     const uint64_t dims[] = {8, 12, 24, 40, 64, 128};
     const int was = op_cpu_avx512(-1);
-    for (int kvt = 0; kvt < 2; kvt++)
+    for (int kvt = 0; kvt < 4; kvt++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
             for (int simd = 0; simd < 2; simd++) {
-                const thin_dtype kv = kvt ? THIN_DTYPE_BF16 : THIN_DTYPE_F32;
+                const thin_dtype kv = kvt & 1 ? THIN_DTYPE_BF16 : THIN_DTYPE_F32;
+                const uint64_t NKV = kvt < 2 ? 2 : 1;
                 const uint64_t hd = dims[di], kv_dim = NKV * hd, ld = NH * hd + 3;
-                const size_t esz = kvt ? 2 : 4, n_all = POS0 + NB;
+                const size_t esz = kvt & 1 ? 2 : 4, n_all = POS0 + NB;
                 void *kc = malloc(n_all * kv_dim * esz), *vc = malloc(n_all * kv_dim * esz);
                 float *k = malloc(kv_dim * sizeof(float)), *v = malloc(kv_dim * sizeof(float));
                 float *q = malloc(NB * ld * sizeof(float)), *out = malloc(NB * ld * sizeof(float));
-                float *want = malloc(NH * hd * sizeof(float)), *scratch = malloc(NB * n_all * sizeof(float));
+                float *want = malloc(NH * hd * sizeof(float));
+                float *scratch = malloc((NB > OP_ATTN_HEADS ? NB : OP_ATTN_HEADS) * n_all * sizeof(float));
                 assert_true(kc && vc && k && v && q && out && want && scratch);
                 for (size_t t = 0; t < n_all; t++) {
                     for (uint64_t i = 0; i < kv_dim; i++) k[i] = frand(), v[i] = frand();
@@ -305,12 +308,19 @@ static void test_attention_rows_equal_one_at_a_time(void **state) {
                 op_cpu_avx512(simd);
                 for (uint64_t pos0 = 0; pos0 <= POS0; pos0 += POS0)
                     for (uint32_t nb = 1; nb <= NB; nb++) {
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 2, scratch);
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 2, NH, scratch);
-                        for (uint32_t i = 0; i < nb; i++) {
-                            op_attention_heads(want, q + i * ld, kc, vc, kv, NH, NKV, hd, pos0 + i + 1,
-                                               0, NH, scratch);
-                            assert_memory_equal(out + i * ld, want, NH * hd * sizeof(float));
+                        /* head ranges that cut the groups, as threads may */
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 1, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 1, 8, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 8, NH, scratch);
+                        for (int whole = 0; whole < 2; whole++) {
+                            if (whole) /* every head in one call: groups of 12 go as 8 and 4 */
+                                op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb,
+                                                  0, NH, scratch);
+                            for (uint32_t i = 0; i < nb; i++) {
+                                op_attention_heads(want, q + i * ld, kc, vc, kv, NH, NKV, hd,
+                                                   pos0 + i + 1, 0, NH, scratch);
+                                assert_memory_equal(out + i * ld, want, NH * hd * sizeof(float));
+                            }
                         }
                     }
                 free(kc), free(vc), free(k), free(v), free(q), free(out), free(want), free(scratch);

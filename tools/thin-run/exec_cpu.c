@@ -89,37 +89,6 @@ static inline float *row(const cpu_session *s, int32_t b, uint32_t i) {
     return s->buf[b] + (size_t)i * s->p->buf_sizes[b];
 }
 
-typedef struct attn_job {
-    cpu_session *s;
-    const plan_op *op;
-    uint32_t i, n_pos;
-} attn_job;
-
-/* Query heads [n_heads part / n, n_heads (part + 1) / n) of row i's attention, with part's scratch. */
-static void attn_part(void *arg, unsigned part, unsigned n) {
-    const attn_job *j = arg;
-    const cpu_session *s = j->s;
-    const plan_op *op = j->op;
-    const int32_t l = op->layer;
-    op_attention_heads(row(s, op->out, j->i), row(s, op->q, j->i), s->kcache[l], s->vcache[l],
-                       s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim, j->n_pos,
-                       op->n_heads * part / n, op->n_heads * (part + 1) / n,
-                       s->scratch + (size_t)part * s->max_ctx);
-}
-
-/* Row i's K/V stored at pos, then its attention over positions 0..pos, the heads split over the
- * threads when the work is large enough (each head's arithmetic is the same either way). */
-static void attention(cpu_session *s, const plan_op *op, uint32_t i, uint32_t pos) {
-    int32_t l = op->layer;
-    op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
-                s->kv_dim[l], pos);
-    attn_job j = {s, op, i, pos + 1};
-    if ((uint64_t)j.n_pos * op->n_heads * op->head_dim < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
-        attn_part(&j, 0, 1);
-    else
-        pool_run(s->pool, attn_part, &j);
-}
-
 typedef struct attn_rows_job {
     cpu_session *s;
     const plan_op *op;
@@ -141,8 +110,8 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
 
 /* A batch's attention: every row's K/V stored first (row i attends positions up to its own, so
  * the later rows' do not change its result), then the heads split over the threads, each head's
- * cached rows read once for all the rows (op_attention_rows: each row's arithmetic is that of the
- * token alone). */
+ * cached rows read once for all the rows, or for a token for all the query heads of its KV head
+ * (op_attention_rows: each row's arithmetic is that of the token alone). */
 static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint32_t pos) {
     const int32_t l = op->layer;
     for (uint32_t i = 0; i < nb; i++)
@@ -170,7 +139,7 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
             if (i0 < nb) linear(s, op, i0, nb);
             continue;
         }
-        if (op->kind == PLAN_ATTENTION && nb > 1) {
+        if (op->kind == PLAN_ATTENTION) {
             attention_rows(s, op, nb, pos);
             continue;
         }
@@ -187,10 +156,10 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
                 op_rope(row(s, op->in, i), op->n_heads, op->head_dim, pos + i, op->theta,
                         op->inv_freq);
                 break;
-            case PLAN_ATTENTION: attention(s, op, i, pos + i); break;
             case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
             case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
-            case PLAN_LINEAR: break;
+            case PLAN_LINEAR:
+            case PLAN_ATTENTION: break;
             }
         }
     }
