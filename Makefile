@@ -218,8 +218,8 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJ)
 fuzz: $(FUZZ_BINS)
 	$(Q)FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run-fuzz.sh $(FUZZ_BINS)
 
-# Benchmark programs (not tests, not installed), with the CUDA backend only.
-BENCH_BINS := $(if $(CUDA_A),$(B)/bench/thin-bench-prefill)
+# Benchmark programs (not tests, not installed); thin-bench-prefill with the CUDA backend only.
+BENCH_BINS := $(B)/bench/thin-bench-ops $(if $(CUDA_A),$(B)/bench/thin-bench-prefill)
 $(B)/bench/%: $(B)/obj/bench/%.o $(ALL_DEPS)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LINK    $@")
