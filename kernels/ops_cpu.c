@@ -581,10 +581,11 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
         memset(out + j * os, 0, head_dim * sizeof(float));
     }
     for (uint32_t j = 0; j < nv; j += 2) {
-        float *o[2] = {out + j * os, out + (j + 1) * os};
-        const float *pr[2] = {scratch + (size_t)j * n_all, scratch + (size_t)(j + 1) * n_all};
+        const int two = nv - j >= 2;
+        float *o[2] = {out + j * os, two ? out + (j + 1) * os : NULL};
+        const float *pr[2] = {scratch + (size_t)j * n_all, two ? scratch + (size_t)(j + 1) * n_all : NULL};
         const uint64_t n[2] = {n0 + j * dn, n0 + (j + 1) * dn};
-        wsum_rows(o, pr, n, nv - j >= 2 ? 2 : 1, vbase, pitch, dt, head_dim);
+        wsum_rows(o, pr, n, two ? 2 : 1, vbase, pitch, dt, head_dim);
     }
 }
 
@@ -597,18 +598,18 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
     const uint8_t *kc = kcache, *vc = vcache;
     for (uint64_t h = h0; h < h1;) {
         const uint64_t kvo = (h / group) * head_dim;
-        uint64_t he = h + 1; /* a prompt: one head for all its rows */
-        if (nb == 1) {       /* a token: the heads of one group, at most OP_ATTN_HEADS */
-            he = (h / group + 1) * group;
-            if (he > h1) he = h1;
-            if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
-        }
-        if (nb == 1)
-            attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h),
-                   pos0 + 1, 0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
-        else
+        if (nb > 1) { /* a prompt: one head, its rows the vectors */
             attend(out + h * head_dim, ldo, q + h * head_dim, ldq, nb, pos0 + 1, 1, kc + kvo * esz,
                    vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
+            h++;
+            continue;
+        }
+        /* a token: the heads of one group, at most OP_ATTN_HEADS, the vectors */
+        uint64_t he = (h / group + 1) * group;
+        if (he > h1) he = h1;
+        if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
+        attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h), pos0 + 1,
+               0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
         h = he;
     }
 }

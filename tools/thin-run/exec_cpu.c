@@ -20,6 +20,7 @@
  * 0.85 GB model, AVX-512, one / two threads: 8 rows 57-70 / 89-98 tokens/s, 12 76 / 106-116, 24
  * 86 / 126, 32 89 / 129, 48 93 / 128-130.) */
 #define CPU_BATCH 32
+_Static_assert(CPU_BATCH >= OP_ATTN_HEADS, "a thread's scratch holds op_attention_rows' vectors");
 
 struct cpu_session {
     const plan *p;
