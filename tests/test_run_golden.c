@@ -134,6 +134,22 @@ static float *score_all(model *m, const int32_t *seq) {
     return out;
 }
 
+/* score_all of the model at path with a KV cache of kv, run as a split over `shards` devices. */
+static float *score_file(const char *path, thin_dtype kv, uint32_t shards, const int32_t *seq) {
+    model m;
+    char err[512];
+    model_open(&m, path, kv);
+    if (shards > 1) {
+        cpu_session_free(m.s);
+        m.p.shards = shards;
+        if (cpu_session_create(&m.s, &m.p, m.p.hp.max_pos, 2, err, sizeof err))
+            fail_msg("session: %s", err);
+    }
+    float *out = score_all(&m, seq);
+    model_close(&m);
+    return out;
+}
+
 static float *golden_logits(const fixture *fx) {
     char path[700], *data;
     size_t len;
@@ -154,16 +170,11 @@ static void test_golden_logits_f32(void **state) {
     int32_t seq[POSITIONS + 1];
     golden_ids(fx, "once_upon_a_time", "sequence ", seq, POSITIONS + 1);
     float *ref = golden_logits(fx);
-    model m;
-    model_open(&m, fx->f32_path, THIN_DTYPE_F32);
-    float *got = score_all(&m, seq);
+    float *got = score_file(fx->f32_path, THIN_DTYPE_F32, 1, seq);
     double d32 = max_abs_diff(got, ref, (size_t)POSITIONS * VOCAB);
-    model_close(&m);
     free(got);
-    model_open(&m, fx->f32_path, THIN_DTYPE_BF16);
-    got = score_all(&m, seq);
+    got = score_file(fx->f32_path, THIN_DTYPE_BF16, 1, seq);
     double d16 = max_abs_diff(got, ref, (size_t)POSITIONS * VOCAB);
-    model_close(&m);
     printf("F32 weights: max |logit - golden| = %.3g with an F32 KV cache, %.3g with BF16\n", d32,
            d16);
     assert_true(d32 <= 1e-4);
@@ -206,22 +217,17 @@ static void test_split_runs_track_whole(void **state) {
     fixture *fx = *state;
     int32_t seq[POSITIONS + 1];
     golden_ids(fx, "once_upon_a_time", "sequence ", seq, POSITIONS + 1);
-    float *ref = golden_logits(fx);
+    float *ref = golden_logits(fx), *whole = score_file(fx->f32_path, THIN_DTYPE_F32, 1, seq);
     model m;
-    model_open(&m, fx->f32_path, THIN_DTYPE_F32);
-    float *whole = score_all(&m, seq);
     char err[512];
+    model_open(&m, fx->f32_path, THIN_DTYPE_F32);
+    assert_int_equal(plan_check_split(&m.p, 2, err, sizeof err), THIN_OK);
+    assert_int_equal(plan_check_split(&m.p, 4, err, sizeof err), THIN_OK);
     assert_int_equal(plan_check_split(&m.p, 3, err, sizeof err), THIN_E_UNSUPPORTED);
     assert_non_null(strstr(err, "cannot split over 3 devices"));
     model_close(&m);
     for (uint32_t n = 2; n <= 4; n += 2) {
-        model_open(&m, fx->f32_path, THIN_DTYPE_F32);
-        assert_int_equal(plan_check_split(&m.p, n, err, sizeof err), THIN_OK);
-        cpu_session_free(m.s);
-        m.p.shards = n;
-        if (cpu_session_create(&m.s, &m.p, m.p.hp.max_pos, 2, err, sizeof err))
-            fail_msg("session: %s", err);
-        float *split = score_all(&m, seq);
+        float *split = score_file(fx->f32_path, THIN_DTYPE_F32, n, seq);
         const double dw = max_abs_diff(split, whole, (size_t)POSITIONS * VOCAB);
         const double dg = max_abs_diff(split, ref, (size_t)POSITIONS * VOCAB);
         printf("%u devices: max |logit - whole run| = %.3g, |logit - golden| = %.3g\n", n, dw, dg);
@@ -230,7 +236,6 @@ static void test_split_runs_track_whole(void **state) {
         for (size_t p = 0; p < POSITIONS; p++)
             assert_int_equal(op_argmax(split + p * VOCAB, VOCAB), op_argmax(whole + p * VOCAB, VOCAB));
         free(split);
-        model_close(&m);
     }
     free(whole);
     free(ref);
