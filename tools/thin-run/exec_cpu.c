@@ -14,6 +14,9 @@
 /* Below this many multiply-adds (a linear's weights; an attention's positions × heads × head_dim)
  * the work runs on the calling thread alone. */
 #define PARALLEL_MIN_WEIGHTS ((uint64_t)1 << 16)
+/* Below this many elements (a batch's rows × a buffer's size) an op that works row by row runs on
+ * the calling thread alone. */
+#define ROWS_PARALLEL_MIN ((uint64_t)1 << 15)
 /* Rows of a batch: a prompt runs CPU_BATCH tokens at a time, each linear reading its weights once
  * for all of them (op_matmat). Every row's arithmetic is that of one token run alone, so the
  * results are identical bit for bit to token-by-token runs. (A 128-id prompt on a Llama-shaped
@@ -130,9 +133,48 @@ static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint3
  * positions up to its own, rows 0..i of the batch, as a token-by-token run would).
  * The linear into the logits runs for rows lm0.. only (none when lm0 == nb): a prompt's other
  * rows need no logits, and each row's are the same whichever rows run beside it. */
+typedef struct rows_job {
+    cpu_session *s;
+    const plan_op *op;
+    const int32_t *tokens;
+    uint32_t nb, pos;
+} rows_job;
+
+/* Op j->op (one that works row by row) on rows [nb part / n, nb (part + 1) / n) of the batch. */
+static void rows_part(void *arg, unsigned part, unsigned n) {
+    const rows_job *j = arg;
+    const cpu_session *s = j->s;
+    const plan_op *op = j->op;
+    const uint64_t *sz = s->p->buf_sizes;
+    for (uint32_t i = j->nb * part / n; i < j->nb * (part + 1) / n; i++) {
+        switch (op->kind) {
+        case PLAN_EMBED: op_embed(row(s, op->out, i), &op->w, (uint64_t)j->tokens[i]); break;
+        case PLAN_RMSNORM:
+            op_rmsnorm(row(s, op->out, i), row(s, op->in, i), &op->w, sz[op->in], op->eps);
+            break;
+        case PLAN_HEAD_RMSNORM:
+            op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps);
+            break;
+        case PLAN_ROPE:
+            op_rope(row(s, op->in, i), op->n_heads, op->head_dim, j->pos + i, op->theta,
+                    op->inv_freq);
+            break;
+        case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_LINEAR:
+        case PLAN_ATTENTION: break;
+        }
+    }
+}
+
+/* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i attends
+ * positions up to its own, rows 0..i of the batch, as a token-by-token run would).
+ * The linear into the logits runs for rows lm0.. only (none when lm0 == nb): a prompt's other
+ * rows need no logits, and each row's are the same whichever rows run beside it. The ops that work
+ * row by row split a batch's rows over the threads (SiLU's exponentials, RoPE's angles, the norms
+ * and sums of 32 rows are otherwise one thread's work between the linears). */
 static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t pos, uint32_t lm0) {
     const plan *p = s->p;
-    const uint64_t *sz = p->buf_sizes;
     for (uint32_t k = 0; k < p->n_ops; k++) {
         const plan_op *op = &p->ops[k];
         if (op->kind == PLAN_LINEAR) {
@@ -144,25 +186,12 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
             attention_rows(s, op, nb, pos);
             continue;
         }
-        for (uint32_t i = 0; i < nb; i++) {
-            switch (op->kind) {
-            case PLAN_EMBED: op_embed(row(s, op->out, i), &op->w, (uint64_t)tokens[i]); break;
-            case PLAN_RMSNORM:
-                op_rmsnorm(row(s, op->out, i), row(s, op->in, i), &op->w, sz[op->in], op->eps);
-                break;
-            case PLAN_HEAD_RMSNORM:
-                op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps);
-                break;
-            case PLAN_ROPE:
-                op_rope(row(s, op->in, i), op->n_heads, op->head_dim, pos + i, op->theta,
-                        op->inv_freq);
-                break;
-            case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
-            case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
-            case PLAN_LINEAR:
-            case PLAN_ATTENTION: break;
-            }
-        }
+        rows_job j = {s, op, tokens, nb, pos};
+        const int32_t b = op->in >= 0 ? op->in : op->out;
+        if (nb < 2 || pool_size(s->pool) == 1 || (uint64_t)nb * p->buf_sizes[b] < ROWS_PARALLEL_MIN)
+            rows_part(&j, 0, 1);
+        else
+            pool_run(s->pool, rows_part, &j);
     }
 }
 
