@@ -309,11 +309,11 @@ static void test_split_over_devices(void **state) {
     expect_split(tape_split(), 1, NULL);
     expect_split(tape(), 2, NULL); /* nothing split: every device computes everything */
     /* one KV head: k's rows divide in two, its heads do not */
-    expect_split(tape_split(), 2, "tape op 6 (rope, layer 0): its heads do not divide");
+    expect_split(tape_split(), 2, "tape op 6 (rope, layer 0): its heads (1) do not divide");
     json_t *t = tape_split(); /* without rope, the attention finds it */
     json_array_remove(json_object_get(t, "ops"), 6);
     json_array_remove(json_object_get(t, "ops"), 5);
-    expect_split(t, 2, "tape op 5 (attention, layer 0): its query or KV heads do not divide");
+    expect_split(t, 2, "tape op 5 (attention, layer 0): its query heads (2) or KV heads (1) do not divide");
     /* with q, k and v whole (every device runs the attention), the MLP's marks are checked */
     t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
     expect_split(set_split(t, 8, NULL), 2, NULL);
@@ -325,7 +325,7 @@ static void test_split_over_devices(void **state) {
     t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
     expect_split(set_split(set_split(t, 8, NULL), 11, NULL), 2, "tape op 13 (silu_mul): one operand is divided");
     t = set_split(set_split(set_split(tape_split(), 2, NULL), 3, NULL), 4, NULL);
-    expect_split(set_split(t, 8, NULL), 3, "tape op 17 (linear model.embed_tokens.weight): its rows");
+    expect_split(set_split(t, 8, NULL), 3, "tape op 17 (linear model.embed_tokens.weight): its rows (16) do not");
     /* a split that names neither way */
     expect_error(set_split(tape_split(), 2, "diag"), THIN_E_BAD_MANIFEST, "split is neither", 0);
     t = tape_split();

@@ -557,6 +557,7 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
     }
     const uint64_t *sz = p->buf_sizes;
     const char *why = NULL;
+    char num[96];
     uint32_t i = 0;
     for (; i < p->n_ops && !why; i++) {
         const plan_op *o = &p->ops[i];
@@ -569,25 +570,38 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_LINEAR:
             if (o->split == PLAN_SPLIT_ROW) {
                 if (!div[o->in]) why = "a row split's input is whole (it must be divided)";
-                else if (o->w.cols % n) why = "its columns do not divide over the devices";
+                else if (o->w.cols % n) {
+                    snprintf(num, sizeof num, "its columns (%llu) do not divide over the devices",
+                             (unsigned long long)o->w.cols);
+                    why = num;
+                }
                 else div[o->out] = 0; /* after the all-reduce */
             } else {
                 if (div[o->in]) why = "its input is divided over the devices (only a row split takes that)";
-                else if (o->split == PLAN_SPLIT_COL && o->w.rows % n)
-                    why = "its rows do not divide over the devices";
+                else if (o->split == PLAN_SPLIT_COL && o->w.rows % n) {
+                    snprintf(num, sizeof num, "its rows (%llu) do not divide over the devices",
+                             (unsigned long long)o->w.rows);
+                    why = num;
+                }
                 else div[o->out] = o->split == PLAN_SPLIT_COL;
             }
             break;
         case PLAN_HEAD_RMSNORM:
         case PLAN_ROPE:
-            if (div[o->in] && !heads_divide(sz[o->in], o->head_dim, n))
-                why = "its heads do not divide over the devices";
+            if (div[o->in] && !heads_divide(sz[o->in], o->head_dim, n)) {
+                snprintf(num, sizeof num, "its heads (%llu) do not divide over the devices",
+                         (unsigned long long)(o->head_dim ? sz[o->in] / o->head_dim : 0));
+                why = num;
+            }
             break;
         case PLAN_ATTENTION:
             if (div[o->q] != div[o->k] || div[o->q] != div[o->v])
                 why = "q, k and v are not all divided over the devices";
-            else if (div[o->q] && (o->n_heads % n || o->n_kv_heads % n))
-                why = "its query or KV heads do not divide over the devices";
+            else if (div[o->q] && (o->n_heads % n || o->n_kv_heads % n)) {
+                snprintf(num, sizeof num, "its query heads (%u) or KV heads (%u) do not divide over the devices",
+                         o->n_heads, o->n_kv_heads);
+                why = num;
+            }
             else div[o->out] = div[o->q];
             break;
         case PLAN_ADD:
