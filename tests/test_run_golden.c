@@ -212,7 +212,7 @@ static void test_bf16_weights_track_f32(void **state) {
 /* The model run as a split over 2 and 4 devices would run it (plan.shards: o and down summed
  * from per-device partial products): the same model to within the summation order, against the
  * golden logits as tightly as the whole run, and the same greedy ids; 3 devices do not divide its
- * heads. */
+ * q rows, 8 its 172 gate rows. */
 static void test_split_runs_track_whole(void **state) {
     fixture *fx = *state;
     int32_t seq[POSITIONS + 1];
@@ -225,6 +225,8 @@ static void test_split_runs_track_whole(void **state) {
     assert_int_equal(plan_check_split(&m.p, 4, err, sizeof err), THIN_OK);
     assert_int_equal(plan_check_split(&m.p, 3, err, sizeof err), THIN_E_UNSUPPORTED);
     assert_non_null(strstr(err, "cannot split over 3 devices"));
+    assert_int_equal(plan_check_split(&m.p, 8, err, sizeof err), THIN_E_UNSUPPORTED);
+    assert_non_null(strstr(err, "gate_proj.weight, layer 0): its rows (172) do not divide"));
     model_close(&m);
     for (uint32_t n = 2; n <= 4; n += 2) {
         float *split = score_file(fx->f32_path, THIN_DTYPE_F32, n, seq);

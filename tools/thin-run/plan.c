@@ -538,9 +538,11 @@ static const char *op_label(plan_op_kind k) {
     return "?";
 }
 
-/* Heads (of head_dim) of a buffer of n floats divide over the devices. */
-static int heads_divide(uint64_t n, uint32_t head_dim, uint32_t devices) {
-    return head_dim && n % head_dim == 0 && (n / head_dim) % devices == 0;
+/* Whole heads on every device: the heads divide over the devices, or (fewer heads than devices,
+ * as K/V heads can be) the devices divide over the heads, each head then held by devices / heads
+ * of them. */
+static int heads_fit(uint64_t heads, uint32_t devices) {
+    return heads && (heads % devices == 0 || devices % heads == 0);
 }
 
 thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen) {
@@ -557,7 +559,7 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
     }
     const uint64_t *sz = p->buf_sizes;
     const char *why = NULL;
-    char num[96];
+    char num[160];
     uint32_t i = 0;
     for (; i < p->n_ops && !why; i++) {
         const plan_op *o = &p->ops[i];
@@ -588,8 +590,9 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
             break;
         case PLAN_HEAD_RMSNORM:
         case PLAN_ROPE:
-            if (div[o->in] && !heads_divide(sz[o->in], o->head_dim, n)) {
-                snprintf(num, sizeof num, "its heads (%llu) do not divide over the devices",
+            if (div[o->in] && !(o->head_dim && sz[o->in] % o->head_dim == 0 &&
+                                heads_fit(sz[o->in] / o->head_dim, n))) {
+                snprintf(num, sizeof num, "its heads (%llu) and the devices do not divide",
                          (unsigned long long)(o->head_dim ? sz[o->in] / o->head_dim : 0));
                 why = num;
             }
@@ -597,9 +600,9 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_ATTENTION:
             if (div[o->q] != div[o->k] || div[o->q] != div[o->v])
                 why = "q, k and v are not all divided over the devices";
-            else if (div[o->q] && (o->n_heads % n || o->n_kv_heads % n)) {
-                snprintf(num, sizeof num, "its query heads (%u) or KV heads (%u) do not divide over the devices",
-                         o->n_heads, o->n_kv_heads);
+            else if (div[o->q] && (o->n_heads % n || !heads_fit(o->n_kv_heads, n))) {
+                snprintf(num, sizeof num, "its query heads (%u) do not divide over the devices, or "
+                         "its KV heads (%u) and the devices do not divide", o->n_heads, o->n_kv_heads);
                 why = num;
             }
             else div[o->out] = div[o->q];

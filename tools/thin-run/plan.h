@@ -82,8 +82,9 @@ thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, si
 void plan_free(plan *p);
 /* Whether the tape runs split over n devices as its linears' split marks say (tensor parallel):
  * a "col" linear divides its output rows, which stay divided through the ops that work per head
- * or per element (rope, head_rmsnorm, attention with whole query and KV heads per device,
- * silu_mul) until a "row" linear takes them as its divided input and an all-reduce makes its
+ * or per element (rope, head_rmsnorm, attention with whole query and KV heads per device, a KV
+ * head held by several devices where there are fewer KV heads than devices, silu_mul) until a
+ * "row" linear takes them as its divided input and an all-reduce makes its
  * output whole again; norms, embeddings and unsplit linears need whole inputs. THIN_OK, or an
  * error with a one-line reason naming the op. n = 1 always fits. */
 thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen);
