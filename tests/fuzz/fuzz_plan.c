@@ -1,6 +1,7 @@
 /*
  * fuzz_plan.c — thin-run's plan compiler on an arbitrary .thin image: open (no verify, as
- * --no-verify does), then plan_build with each KV dtype, buffer lookups, plan_free.
+ * --no-verify does), then plan_build with each KV dtype, buffer lookups, the split check over 0-4
+ * devices, plan_free.
  */
 #include <stdint.h>
 #include <string.h>
@@ -24,6 +25,8 @@ static void plan_one(const uint8_t *data, size_t size)
             if (plan_build(&p, f, kv[i], err, sizeof err) == THIN_OK) {
                 (void)plan_buf(&p, "logits");
                 (void)plan_buf(&p, "x");
+                for (uint32_t n = 0; n <= 4; n++) /* the split check, --shards */
+                    (void)plan_check_split(&p, n, err, sizeof err);
                 plan_free(&p);
             }
         }
