@@ -551,7 +551,8 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         return THIN_E_INVALID_ARG;
     }
     if (n == 1) return THIN_OK;
-    /* each buffer is whole on every device (0) or divided into n equal slices (1) */
+    /* each buffer is whole on every device (0) or divided over them (1: n equal slices of rows,
+     * whole heads, a KV head on several devices where there are fewer KV heads than devices) */
     uint8_t *div = calloc(p->n_bufs ? p->n_bufs : 1, 1);
     if (!div) {
         snprintf(err, errlen, "out of memory");
@@ -576,16 +577,18 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
                     snprintf(num, sizeof num, "its columns (%llu) do not divide over the devices",
                              (unsigned long long)o->w.cols);
                     why = num;
+                } else {
+                    div[o->out] = 0; /* after the all-reduce */
                 }
-                else div[o->out] = 0; /* after the all-reduce */
             } else {
                 if (div[o->in]) why = "its input is divided over the devices (only a row split takes that)";
                 else if (o->split == PLAN_SPLIT_COL && o->w.rows % n) {
                     snprintf(num, sizeof num, "its rows (%llu) do not divide over the devices",
                              (unsigned long long)o->w.rows);
                     why = num;
+                } else {
+                    div[o->out] = o->split == PLAN_SPLIT_COL;
                 }
-                else div[o->out] = o->split == PLAN_SPLIT_COL;
             }
             break;
         case PLAN_HEAD_RMSNORM:
@@ -604,8 +607,9 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
                 snprintf(num, sizeof num, "its query heads (%u) do not divide over the devices, or "
                          "its KV heads (%u) and the devices do not divide", o->n_heads, o->n_kv_heads);
                 why = num;
+            } else {
+                div[o->out] = div[o->q];
             }
-            else div[o->out] = div[o->q];
             break;
         case PLAN_ADD:
         case PLAN_SILU_MUL:
@@ -613,18 +617,12 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
             break;
         }
     }
-    if (!why && p->logits_buf >= 0 && div[p->logits_buf] && sz[p->logits_buf] % n)
-        why = "the logits do not divide over the devices", i = p->n_ops + 1;
     free(div);
-    if (!why) return THIN_OK;
-    if (i > p->n_ops)
-        snprintf(err, errlen, "cannot split over %u devices: %s", n, why);
-    else {
-        const plan_op *o = &p->ops[i - 1];
-        char layer[32] = "";
-        if (o->layer >= 0) snprintf(layer, sizeof layer, ", layer %d", o->layer);
-        snprintf(err, errlen, "cannot split over %u devices: tape op %u (%s%s%s%s): %s", n, i - 1,
-                 op_label(o->kind), o->w_name ? " " : "", o->w_name ? o->w_name : "", layer, why);
-    }
+    if (!why) return THIN_OK; /* divided logits (a split LM head) are gathered at the end */
+    const plan_op *o = &p->ops[i - 1];
+    char layer[32] = "";
+    if (o->layer >= 0) snprintf(layer, sizeof layer, ", layer %d", o->layer);
+    snprintf(err, errlen, "cannot split over %u devices: tape op %u (%s%s%s%s): %s", n, i - 1,
+             op_label(o->kind), o->w_name ? " " : "", o->w_name ? o->w_name : "", layer, why);
     return THIN_E_UNSUPPORTED;
 }
