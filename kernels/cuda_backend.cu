@@ -288,8 +288,9 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *qao = getenv("THIN_CUDA_QAO"); /* 1: the attention block kernel (opt-in) */
     thin_cuda_qao = qao && strcmp(qao, "1") == 0;
-    const char *atc = getenv("THIN_CUDA_ATTN_TC"); /* 1: the prefill's attention on tensor cores */
-    thin_cuda_attn_tc = atc && strcmp(atc, "1") == 0;
+    const char *atc = getenv("THIN_CUDA_ATTN_TC"); /* N: the prefill's attention on tensor cores
+                                                       from N rows (0: never) */
+    thin_cuda_attn_tc = atc && *atc ? atoi(atc) : ATTN_TC_DEFAULT;
     const char *gm = getenv("THIN_CUDA_GEMM"); /* "lt" or "own": the prefill GEMMs (default: by size) */
     thin_cuda_gemm_lt = !gm || !*gm ? THIN_CUDA_GEMM_AUTO
                         : strcmp(gm, "lt") == 0 ? THIN_CUDA_GEMM_LT

@@ -603,8 +603,14 @@ cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
  * launch. launch_attention calls it where it fits. */
 int attn_prefill_fits(const attn_args *a, uint32_t n);
 cudaError_t launch_attn_prefill(const attn_args *a, uint32_t n, cudaStream_t st);
-/* thin_cuda_attn_tc = 1 (env THIN_CUDA_ATTN_TC=1): the prefill's attention on tensor cores where
- * it fits (opt-in: not yet timed or checked on the GPU); else attention.cu's kernels. */
+/* thin_cuda_attn_tc = N (env THIN_CUDA_ATTN_TC=N, default ATTN_TC_DEFAULT): the prefill's
+ * attention on tensor cores where it fits, for batches of N rows or more (0: never); else
+ * attention.cu's kernels. On the H200 with SmolLM3-3B (bench/prefill-variants.sh, a process's
+ * first prefill, BF16 / quality FP8): 32-128 rows within run-to-run spread either way, 256 rows
+ * 7,689-7,739 / 7,396-7,687 tokens/s against 7,086-7,090 / 6,909-7,065, 512 rows 20,495-22,159
+ * / 17,510-19,688 against 14,781-15,374 / 11,514-13,702; thin-bench-prefill's later prefills
+ * of 512 and 2048 rows 11.9 and 46.6 ms against 21.2 and 126.9 ms (BF16). */
+#define ATTN_TC_DEFAULT 256
 extern int thin_cuda_attn_tc;
 /* Minimum positions per split (fewer positions go to fewer splits). */
 #define ATTN_MIN_CHUNK 16u

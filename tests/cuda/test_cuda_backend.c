@@ -241,14 +241,17 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
     check(worst <= tol_prefill, what, worst, tol_prefill);
     snprintf(what, sizeof what, "%s prefill %d: min centred cosine", label, NLONG);
     check(cosw >= 0.999, what, cosw, 0.999);
-    /* With a BF16 cache the prefill's attention can run on tensor cores (attn_prefill.cu,
-     * THIN_CUDA_ATTN_TC=1), q and the probabilities as two BF16 parts each: against the F32
-     * kernels on the same GPU path, which differ only there, the logits must agree far closer than
-     * the weights' BF16 rounding lets either agree with the CPU (tol_prefill above). */
+    /* With a BF16 cache a prefill of ATTN_TC_DEFAULT rows or more (NLONG is) runs its attention
+     * on tensor cores (attn_prefill.cu), q and the probabilities as two BF16 parts each: against
+     * the F32 kernels (THIN_CUDA_ATTN_TC=0) on the same GPU path, which differ only there, the
+     * logits must agree as closely as a BF16 decode agrees with the CPU (2e-3), far closer than
+     * the prefill's own tolerance (tol_prefill above). The prefill's GEMMs round their
+     * activations to BF16, so a last-bit difference in an attention output can move a rounded
+     * activation by 2^-8: the two paths differed by 1.9e-4 to 6.0e-4 on the H200. */
     if (kv == THIN_DTYPE_BF16 && !getenv("THIN_CUDA_ATTN_TC")) {
         cuda_session *alt = NULL;
         float *ga = malloc((size_t)NLONG * V * sizeof(float));
-        setenv("THIN_CUDA_ATTN_TC", "1", 1);
+        setenv("THIN_CUDA_ATTN_TC", "0", 1);
         if (!ga || cuda_session_create(&alt, &m.p, CTX, err, sizeof err) ||
             cuda_session_forward(alt, toks, NLONG, 0, ga, NULL)) {
             printf("FAIL  %s: prefill with tensor-core attention: %s\n", label,
@@ -262,7 +265,7 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
                 worst = fmax(worst, rel), cosw = fmin(cosw, cc);
             }
             snprintf(what, sizeof what, "%s prefill, tensor-core attention vs F32: max rel error", label);
-            check(worst <= 1e-4, what, worst, 1e-4);
+            check(worst <= 2e-3, what, worst, 2e-3);
         }
         unsetenv("THIN_CUDA_ATTN_TC");
         cuda_session_free(alt);
