@@ -426,18 +426,16 @@ static void products(float *y, uint64_t ldy, const uint8_t *base, size_t pitch, 
     }
 }
 
-void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
-               uint64_t r0, uint64_t r1) {
-    const size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-    products(y, ldy, (const uint8_t *)W->data, W->cols * esz, W->dtype, W->cols, W->scale, x, ldx,
-             nb, r0, r1);
-}
-
 void op_matmat_cols(float *y, uint64_t ldy, const thin_wmat *W, uint64_t c0, uint64_t c1,
                     const float *x, uint64_t ldx, uint32_t nb, uint64_t r0, uint64_t r1) {
-    const size_t esz = W->dtype == THIN_DTYPE_F32 ? 4 : W->dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    const size_t esz = thin_dtype_size(W->dtype);
     products(y, ldy, (const uint8_t *)W->data + c0 * esz, W->cols * esz, W->dtype, c1 - c0,
              W->scale, x + c0, ldx, nb, r0, r1);
+}
+
+void op_matmat(float *y, uint64_t ldy, const thin_wmat *W, const float *x, uint64_t ldx, uint32_t nb,
+               uint64_t r0, uint64_t r1) {
+    op_matmat_cols(y, ldy, W, 0, W->cols, x, ldx, nb, r0, r1);
 }
 
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1) {
@@ -495,7 +493,7 @@ void op_attention_heads(float *out, const float *q, const void *kcache, const vo
                         thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads, uint64_t head_dim,
                         uint64_t n_pos, uint64_t h0, uint64_t h1, float *scratch) {
     const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4;
+    const size_t esz = thin_dtype_size(kv_dtype);
     const uint8_t *kc = kcache, *vc = vcache;
     const float scale = 1.0f / sqrtf((float)head_dim);
     for (uint64_t h = h0; h < h1; h++) {
@@ -594,7 +592,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
                        float *scratch) {
     const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
-    const size_t esz = kv_dtype == THIN_DTYPE_BF16 ? 2 : 4, pitch = kv_dim * esz;
+    const size_t esz = thin_dtype_size(kv_dtype), pitch = kv_dim * esz;
     const uint8_t *kc = kcache, *vc = vcache;
     for (uint64_t h = h0; h < h1;) {
         const uint64_t kvo = (h / group) * head_dim;

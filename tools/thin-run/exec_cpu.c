@@ -48,21 +48,23 @@ typedef struct matmat_job {
     uint64_t c0, c1; /* columns, all of them unless a device's share of a row split */
 } matmat_job;
 
+/* fn over the pool's parts, or as one part on the calling thread when work is below min. */
+static void run_parts(cpu_session *s, pool_fn fn, void *arg, uint64_t work, uint64_t min) {
+    if (work < min || pool_size(s->pool) == 1)
+        fn(arg, 0, 1);
+    else
+        pool_run(s->pool, fn, arg);
+}
+
 static void matmat_part(void *arg, unsigned part, unsigned n_parts) {
     const matmat_job *j = arg;
     uint64_t rows = j->w->rows;
     uint64_t r0 = rows * part / n_parts, r1 = rows * (part + 1) / n_parts;
-    if (j->c0 == 0 && j->c1 == j->w->cols)
-        op_matmat(j->y, j->ldy, j->w, j->x, j->ldx, j->nb, r0, r1);
-    else
-        op_matmat_cols(j->y, j->ldy, j->w, j->c0, j->c1, j->x, j->ldx, j->nb, r0, r1);
+    op_matmat_cols(j->y, j->ldy, j->w, j->c0, j->c1, j->x, j->ldx, j->nb, r0, r1);
 }
 
 static void run_matmat(cpu_session *s, matmat_job *j) {
-    if (j->w->rows * (j->c1 - j->c0) < PARALLEL_MIN_WEIGHTS || pool_size(s->pool) == 1)
-        matmat_part(j, 0, 1);
-    else
-        pool_run(s->pool, matmat_part, j);
+    run_parts(s, matmat_part, j, j->w->rows * (j->c1 - j->c0), PARALLEL_MIN_WEIGHTS);
 }
 
 /* The linear for rows [i0, nb) of the batch. A row split in a run standing for several devices
@@ -122,17 +124,10 @@ static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint3
         op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
                     s->kv_dim[l], pos + i);
     attn_rows_job j = {s, op, nb, pos};
-    if ((uint64_t)(pos + nb) * nb * op->n_heads * op->head_dim < PARALLEL_MIN_WEIGHTS ||
-        pool_size(s->pool) == 1)
-        attn_rows_part(&j, 0, 1);
-    else
-        pool_run(s->pool, attn_rows_part, &j);
+    run_parts(s, attn_rows_part, &j, (uint64_t)(pos + nb) * nb * op->n_heads * op->head_dim,
+              PARALLEL_MIN_WEIGHTS);
 }
 
-/* Runs the whole tape for nb tokens at positions pos.., op by op over the rows (row i attends
- * positions up to its own, rows 0..i of the batch, as a token-by-token run would).
- * The linear into the logits runs for rows lm0.. only (none when lm0 == nb): a prompt's other
- * rows need no logits, and each row's are the same whichever rows run beside it. */
 typedef struct rows_job {
     cpu_session *s;
     const plan_op *op;
@@ -188,10 +183,7 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
         }
         rows_job j = {s, op, tokens, nb, pos};
         const int32_t b = op->in >= 0 ? op->in : op->out;
-        if (nb < 2 || pool_size(s->pool) == 1 || (uint64_t)nb * p->buf_sizes[b] < ROWS_PARALLEL_MIN)
-            rows_part(&j, 0, 1);
-        else
-            pool_run(s->pool, rows_part, &j);
+        run_parts(s, rows_part, &j, nb < 2 ? 0 : (uint64_t)nb * p->buf_sizes[b], ROWS_PARALLEL_MIN);
     }
 }
 
