@@ -4,7 +4,7 @@
  * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
  * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
  * so that the grid fills the SMs), walking the columns in 32-wide stages:
- *  - a 5-stage cp.async pipeline brings each stage's weights (raw BF16 or FP8 bytes, zero-filled
+ *  - a cp.async pipeline (5 stages; 7 and 8 for 32- and 16-token tiles) brings each stage's weights (raw BF16 or FP8 bytes, zero-filled
  *    past the last row) and activations (raw F32, zero-filled past n and cols) into shared memory;
  *    the weights of the first stages are requested before the PDL wait;
  *  - one stage ahead of the math, the block rounds the F32 activations to BF16 (as before) and
@@ -34,7 +34,6 @@ namespace cg = cooperative_groups;
 
 #define GM_BM 128    /* weight rows per block */
 #define GM_BK 32     /* columns per pipeline stage */
-#define GM_STAGES 5  /* cp.async stages (GM_STAGES - 2 ahead of the conversion) */
 #define GM_THREADS 256
 #define GM_MAX_SPLIT 8 /* blocks of a split-column cluster (portable cluster size) */
 
@@ -51,13 +50,17 @@ template <int DT, int BN, bool TR> struct gm_cfg {
     static constexpr int W_RAW = GM_BM * GM_BK * ESZ;            /* stage: weights as stored */
     static constexpr int X_RAW = BN * GM_BK * 4;                 /* stage: activations, F32 */
     static constexpr int STAGE = W_RAW + X_RAW;
+    /* cp.async stages (STAGES - 2 ahead of the conversion): a few tokens do little arithmetic per
+     * stage, so a block keeps more weight bytes in flight (two blocks an SM still fit) */
+    static constexpr int STAGES = BN == 16 ? 8 : BN == 32 ? 7 : 5;
     static constexpr int XH = BN * GM_BK * 2;                    /* BF16 activations (×2) */
     static constexpr int WH = DT == THIN_DTYPE_BF16 && !TR ? 0 : GM_BM * GM_BK * 2; /* BF16 W (×2) */
     static constexpr int LDC = GM_BM + 4;                        /* epilogue tile row (floats) */
-    static constexpr int SMEM = GM_STAGES * STAGE + 2 * (XH + WH);
+    static constexpr int SMEM = STAGES * STAGE + 2 * (XH + WH);
     static constexpr int MINB = BN >= 128 ? 1 : 2;               /* blocks per SM to allow for */
     static_assert(MI >= 1 && NI >= 1 && WW * WT == GM_THREADS / 32, "warp layout");
-    static_assert(BN * LDC * 4 <= GM_STAGES * STAGE, "the epilogue tile reuses the pipeline");
+    static_assert((SMEM + 1024) * MINB <= 228 * 1024, "MINB blocks an SM (1 KiB reserved each)");
+    static_assert(BN * LDC * 4 <= STAGES * STAGE, "the epilogue tile reuses the pipeline");
 };
 
 /* ---- the kernel ---- */
@@ -68,12 +71,12 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
             uint32_t ldr, uint32_t n, int xvec) {
     using C = gm_cfg<DT, BN, TR>;
     extern __shared__ __align__(16) uint8_t gm_smem[];
-    /* [GM_STAGES] × {W raw [GM_BM][GM_BK] (TR: [GM_BK][GM_BM]), X F32 [BN][GM_BK]}, X BF16
+    /* [STAGES] × {W raw [GM_BM][GM_BK] (TR: [GM_BK][GM_BM]), X F32 [BN][GM_BK]}, X BF16
      * [2][BN][GM_BK], FP8 or TR only: W BF16 [2][GM_BM][GM_BK]; the epilogue's F32 tile [BN][LDC]
      * over the stages. */
     uint8_t *pipe = gm_smem;
-    __nv_bfloat16 *xh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE);
-    __nv_bfloat16 *wh = (__nv_bfloat16 *)(gm_smem + GM_STAGES * C::STAGE + 2 * C::XH);
+    __nv_bfloat16 *xh = (__nv_bfloat16 *)(gm_smem + C::STAGES * C::STAGE);
+    __nv_bfloat16 *wh = (__nv_bfloat16 *)(gm_smem + C::STAGES * C::STAGE + 2 * C::XH);
 
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t g = lane >> 2, q = lane & 3; /* mma fragment row group, column pair */
@@ -165,15 +168,15 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
             for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0.0f;
 
     pdl_trigger();
-    for (uint32_t s = 0; s < GM_STAGES - 1; s++) /* weights only: before the wait */
+    for (uint32_t s = 0; s < C::STAGES - 1; s++) /* weights only: before the wait */
         if (s < cnt) load_w(s, kb + s);
     pdl_wait();
-    for (uint32_t s = 0; s < GM_STAGES - 1; s++) { /* group s: stage s (group 0: all weights) */
+    for (uint32_t s = 0; s < C::STAGES - 1; s++) { /* group s: stage s (group 0: all weights) */
         if (s < cnt) load_x(s, kb + s);
         gm_commit();
     }
     if (cnt) {
-        gm_wait<GM_STAGES - 2>(); /* group 0 */
+        gm_wait<C::STAGES - 2>(); /* group 0 */
         __syncthreads();
         convert(0, 0);
     }
@@ -181,19 +184,19 @@ gemm_kernel(const dmat w, const float *x, uint32_t ldx, float *out, uint32_t ldo
     for (uint32_t it = 0; it < cnt; it++) {
         /* groups 0..it+1 done (stage it+1 landed); after the barrier every warp is past
          * iteration it - 1, so its stage slot and BF16 buffer may be refilled */
-        gm_wait<GM_STAGES - 3>();
+        gm_wait<C::STAGES - 3>();
         __syncthreads();
-        const uint32_t nx = it + GM_STAGES - 1;
+        const uint32_t nx = it + C::STAGES - 1;
         if (nx < cnt) {
-            load_w(nx % GM_STAGES, kb + nx);
-            load_x(nx % GM_STAGES, kb + nx);
+            load_w(nx % C::STAGES, kb + nx);
+            load_x(nx % C::STAGES, kb + nx);
         }
         gm_commit();
-        if (it + 1 < cnt) convert((it + 1) % GM_STAGES, (it + 1) & 1);
+        if (it + 1 < cnt) convert((it + 1) % C::STAGES, (it + 1) & 1);
 
         const uint32_t buf = it & 1;
         const __nv_bfloat16 *ws = DT == THIN_DTYPE_BF16 && !TR
-                                      ? (const __nv_bfloat16 *)(pipe + (it % GM_STAGES) * C::STAGE)
+                                      ? (const __nv_bfloat16 *)(pipe + (it % C::STAGES) * C::STAGE)
                                       : wh + buf * GM_BM * GM_BK;
         const __nv_bfloat16 *xs = xh + buf * BN * GM_BK;
         /* lane (g, q): columns 8q..8q+7 of rows g (and g + 8); k16 step 0 takes 8q..8q+3,
@@ -297,11 +300,15 @@ cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out,
     const uint32_t row_tiles = (w->rows + GM_BM - 1) / GM_BM;
     uint32_t bn = 128;
     while (bn > 16 && (n <= bn / 2 || (bn > 64 && row_tiles * ((n + bn - 1) / bn) < (uint32_t)n_sm))) bn /= 2;
-    /* a grid under half the SMs: split the columns over a cluster, keeping 8+ stages per block */
+    /* a grid that leaves block slots empty (one an SM for 128-token tiles, two for the smaller):
+     * split the columns over a cluster of up to 8 blocks, as many as fill the slots, keeping 8+
+     * stages per block; weight streaming needs the bytes in flight of every slot */
     const uint32_t tiles = row_tiles * ((n + bn - 1) / bn);
     const uint32_t nk = (w->trans ? dmat_pitch(w->cols) : w->pitch) / GM_BK; /* column stages */
+    const uint32_t slots = (uint32_t)n_sm * (bn >= 128 ? 1 : 2);
     uint32_t ks = 1;
-    while (thin_cuda_cluster && ks < GM_MAX_SPLIT && tiles * ks * 2 <= (uint32_t)n_sm && nk / (ks * 2) >= 8) ks *= 2;
+    if (thin_cuda_cluster)
+        while (ks < GM_MAX_SPLIT && tiles * (ks + 1) <= slots && nk / (ks + 1) >= 8) ks++;
     if (w->trans) {
         if (w->dtype == THIN_DTYPE_BF16)
             return launch_dt<THIN_DTYPE_BF16, true>(w, x, ldx, out, ldo, resid, ldr, n, bn, ks, st);
