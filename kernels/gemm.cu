@@ -4,9 +4,10 @@
  * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
  * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
  * so that the grid fills the SMs), walking the columns in 32-wide stages:
- *  - a cp.async pipeline (5 stages; 7 and 8 for 32- and 16-token tiles) brings each stage's weights (raw BF16 or FP8 bytes, zero-filled
- *    past the last row) and activations (raw F32, zero-filled past n and cols) into shared memory;
- *    the weights of the first stages are requested before the PDL wait;
+ *  - a cp.async pipeline (5 stages; 7 and 8 for 32- and 16-token tiles) brings each stage's
+ *    weights (raw BF16 or FP8 bytes, zero-filled past the last row) and activations (raw F32,
+ *    zero-filled past n and cols) into shared memory; the weights of the first stages are
+ *    requested before the PDL wait;
  *  - one stage ahead of the math, the block rounds the F32 activations to BF16 (as before) and
  *    widens FP8 weights to BF16 (exact; the per-row scale is applied in the epilogue) into a
  *    double-buffered BF16 copy; BF16 weights are used from the cp.async stage as they are;
@@ -37,6 +38,10 @@ namespace cg = cooperative_groups;
 #define GM_THREADS 256
 #define GM_MAX_SPLIT 8 /* blocks of a split-column cluster (portable cluster size) */
 
+/* Blocks per SM that a configuration of bn tokens a tile is sized for (its launch bounds and
+ * shared memory), and so the block slots its grid has to fill. */
+__host__ __device__ constexpr int gm_minb(int bn) { return bn >= 128 ? 1 : 2; }
+
 int thin_cuda_gemm_t = 0;
 
 /* Shape and shared-memory layout (bytes) of one configuration; TR: the weights stored transposed
@@ -57,7 +62,7 @@ template <int DT, int BN, bool TR> struct gm_cfg {
     static constexpr int WH = DT == THIN_DTYPE_BF16 && !TR ? 0 : GM_BM * GM_BK * 2; /* BF16 W (×2) */
     static constexpr int LDC = GM_BM + 4;                        /* epilogue tile row (floats) */
     static constexpr int SMEM = STAGES * STAGE + 2 * (XH + WH);
-    static constexpr int MINB = BN >= 128 ? 1 : 2;               /* blocks per SM to allow for */
+    static constexpr int MINB = gm_minb(BN);                     /* blocks per SM to allow for */
     static_assert(MI >= 1 && NI >= 1 && WW * WT == GM_THREADS / 32, "warp layout");
     static_assert((SMEM + 1024) * MINB <= 228 * 1024, "MINB blocks an SM (1 KiB reserved each)");
     static_assert(BN * LDC * 4 <= STAGES * STAGE, "the epilogue tile reuses the pipeline");
@@ -305,7 +310,7 @@ cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out,
      * stages per block; weight streaming needs the bytes in flight of every slot */
     const uint32_t tiles = row_tiles * ((n + bn - 1) / bn);
     const uint32_t nk = (w->trans ? dmat_pitch(w->cols) : w->pitch) / GM_BK; /* column stages */
-    const uint32_t slots = (uint32_t)n_sm * (bn >= 128 ? 1 : 2);
+    const uint32_t slots = (uint32_t)n_sm * gm_minb((int)bn);
     uint32_t ks = 1;
     if (thin_cuda_cluster)
         while (ks < GM_MAX_SPLIT && tiles * (ks + 1) <= slots && nk / (ks + 1) >= 8) ks++;
