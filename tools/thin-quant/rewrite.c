@@ -259,11 +259,12 @@ static int process_tensor(run *r, const thin_tensor_info *t)
 static int keep_blob(run *r, const thin_tensor_info *b)
 {
     pending_blob *nb = realloc(r->blobs, (r->n_blobs + 1) * sizeof *nb);
+    if (nb)
+        r->blobs = nb;
     if (!nb || b->nbytes > SIZE_MAX - 1) {
         cli_error("%s: out of memory keeping blob %s", r->in.label, b->name);
         return -1;
     }
-    r->blobs = nb;
     pending_blob *p = &r->blobs[r->n_blobs];
     p->size = (size_t)b->nbytes;
     p->name = strdup(b->name);

@@ -427,7 +427,7 @@ typedef struct gen {
 } gen;
 
 static int is_stop_token(const run *r, int32_t id) {
-    for (int i = 0; r->p.hp.eos_ids[i] >= 0 && i < 8; i++)
+    for (int i = 0; i < 8 && r->p.hp.eos_ids[i] >= 0; i++)
         if (id == r->p.hp.eos_ids[i]) return 1;
     if (r->tk && tok_eos(r->tk) == id) return 1;
     return r->chat_stop >= 0 && id == r->chat_stop;

@@ -56,7 +56,8 @@ static int hp_u32(const json_t *o, const char *key, uint32_t *out) {
 static void hp_ids(const json_t *v, plan_hparams *hp) {
     size_t n = 0;
     if (json_is_integer(v)) {
-        hp->eos_ids[n++] = (int32_t)json_integer_value(v);
+        if (json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX)
+            hp->eos_ids[n++] = (int32_t)json_integer_value(v);
     } else if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v) && n < 7; i++) {
             const json_t *e = json_array_get(v, i);
