@@ -555,6 +555,8 @@ cudaError_t launch_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_t ld
                            uint32_t cols, float eps, uint32_t n, cudaStream_t st);
 cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t n_heads,
                                 uint32_t head_dim, float eps, uint32_t n, cudaStream_t st);
+/* out[r][i] += b[i] for rows r < n, i < cols (b: a 1 × cols weight, F32, F16 or BF16). */
+cudaError_t launch_bias(float *out, uint32_t ldo, const dmat *b, uint32_t cols, uint32_t n, cudaStream_t st);
 cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
                        uint32_t n, cudaStream_t st);
 cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,

@@ -31,6 +31,7 @@ static int op_reads(const plan_op *o, int b) {
     case PLAN_ATTENTION: return o->q == b || o->k == b || o->v == b;
     case PLAN_ADD:
     case PLAN_SILU_MUL: return o->in == b || o->out == b;
+    case PLAN_BIAS: return o->out == b;
     default: return 0;
     }
 }
@@ -385,6 +386,7 @@ int compile_steps(cuda_session *s) {
         case PLAN_ATTENTION: plain_step(st, STEP_ATTN, (int)i); break;
         case PLAN_ADD: plain_step(st, STEP_ADD, (int)i); break;
         case PLAN_SILU_MUL: plain_step(st, STEP_SILU_MUL, (int)i); break;
+        case PLAN_BIAS: plain_step(st, STEP_BIAS, (int)i); break;
         default: return cuda_failf(s, "op %u: unknown kind %d", i, (int)op->kind);
         }
         s->n_steps++;

@@ -299,6 +299,9 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         CK(s, launch_silu_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
                               ld_of(s, o->out), n, s->st));
         return 0;
+    case STEP_BIAS:
+        CK(s, launch_bias(s->buf[o->out], ld_of(s, o->out), w, ld_of(s, o->out), n, s->st));
+        return 0;
     }
     return cuda_failf(s, "internal: unknown step kind %d", (int)st->kind);
 }

@@ -30,6 +30,7 @@ typedef enum step_kind {
     STEP_ATTN,   /* [rope q] [rope k] KV store + attention */
     STEP_ADD,
     STEP_SILU_MUL,
+    STEP_BIAS,   /* buf[out] += a bias vector, every row */
 } step_kind;
 
 typedef struct step {

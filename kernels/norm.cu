@@ -1,7 +1,7 @@
 /*
  * norm.cu — the row-wise and elementwise ops: embedding gather, RMSNorm, per-head RMSNorm,
- * residual add, SiLU gate. Each works on n rows (a prefill batch; n = 1 when decoding).
- * CPU twins: op_embed, op_rmsnorm, op_head_rmsnorm, op_add, op_silu_mul in ops_cpu.c.
+ * residual add, bias add, SiLU gate. Each works on n rows (a prefill batch; n = 1 when decoding).
+ * CPU twins: op_embed, op_rmsnorm, op_head_rmsnorm, op_add, op_add_bias, op_silu_mul in ops_cpu.c.
  */
 #include "cuda_common.cuh"
 
@@ -80,6 +80,20 @@ cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, 
     uint32_t bx = (cols + 255) / 256;
     dim3 grid(bx < 64 ? bx : 64, n);
     return launch_k(add_kernel, dim3(grid), dim3(256), 0, st, out, ldo, in, ldi, cols);
+}
+
+__global__ void bias_kernel(float *out, uint32_t ldo, const void *b, int bdt, uint32_t cols) {
+    pdl_trigger();
+    pdl_wait();
+    const uint32_t row = blockIdx.y;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
+        out[(size_t)row * ldo + i] += load_elem(b, bdt, i);
+}
+
+cudaError_t launch_bias(float *out, uint32_t ldo, const dmat *b, uint32_t cols, uint32_t n, cudaStream_t st) {
+    uint32_t bx = (cols + 255) / 256;
+    dim3 grid(bx < 64 ? bx : 64, n);
+    return launch_k(bias_kernel, dim3(grid), dim3(256), 0, st, out, ldo, b->data, b->dtype, cols);
 }
 
 __global__ void silu_mul_kernel(float *g, uint32_t ldg, const float *u, uint32_t ldu,

@@ -130,6 +130,9 @@ typedef enum thin_role {
     THIN_ROLE_FINAL_NORM = 15,
     THIN_ROLE_LM_HEAD = 16,
     THIN_ROLE_SCALE = 17,
+    THIN_ROLE_Q_BIAS = 18,
+    THIN_ROLE_K_BIAS = 19,
+    THIN_ROLE_V_BIAS = 20,
     THIN_ROLE_COUNT_
 } thin_role;
 

@@ -243,17 +243,71 @@ static void test_qwen3_head_norms_and_scaling(void **state)
     (void)state;
 }
 
+/* Qwen2: q, k and v biases, each added after all three products of its layer. */
+static void test_qwen2_biases(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si sb sf}", "architectures", "Qwen2ForCausalLM",
+                            "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 2,
+                            "num_attention_heads", 4, "num_key_value_heads", 2, "vocab_size", 50,
+                            "tie_word_embeddings", 1, "rms_norm_eps", 1e-6);
+    json_t *set = llama_tensors(2, 32, 64, 4, 2, 8, 50, 0, 0);
+    for (int l = 0; l < 2; l++) {
+        char n[96];
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_proj.bias", l);
+        json_object_set_new(set, n, json_pack("[i]", 32));
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.k_proj.bias", l);
+        json_object_set_new(set, n, json_pack("[i]", 16));
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.v_proj.bias", l);
+        json_object_set_new(set, n, json_pack("[i]", 16));
+    }
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    assert_int_equal(n_ops(&m), 1 + 2 * 18 + 2);
+    assert_string_equal(field(op(&m, 4), "w"), "model.layers.0.self_attn.v_proj.weight");
+    static const char *const want[3][2] = {{"model.layers.0.self_attn.q_proj.bias", "q"},
+                                           {"model.layers.0.self_attn.k_proj.bias", "k"},
+                                           {"model.layers.0.self_attn.v_proj.bias", "v"}};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(field(op(&m, 5 + i), "op"), "bias");
+        assert_string_equal(field(op(&m, 5 + i), "w"), want[i][0]);
+        assert_string_equal(field(op(&m, 5 + i), "out"), want[i][1]);
+        assert_int_equal(json_integer_value(json_object_get(op(&m, 5 + i), "layer")), 0);
+    }
+    assert_string_equal(field(op(&m, 8), "op"), "rope");
+    /* the same model with the biases of layer 1 only: layer 0's block has none */
+    json_object_del(set, "model.layers.0.self_attn.q_proj.bias");
+    json_object_del(set, "model.layers.0.self_attn.k_proj.bias");
+    json_object_del(set, "model.layers.0.self_attn.v_proj.bias");
+    arch_model_free(&m);
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    assert_int_equal(n_ops(&m), 1 + 2 * 15 + 3 + 2);
+    assert_string_equal(field(op(&m, 5), "op"), "rope");
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
 static void test_no_tape_cases(void **state)
 {
     json_t *cfg = json_loads(stories_config, 0, NULL);
     json_t *set = llama_tensors(5, 64, 172, 8, 4, 8, 512, 0, 0);
     arch_model m;
-    /* Qwen2-style attention biases */
-    json_object_set_new(set, "model.layers.2.self_attn.q_proj.bias", json_pack("[i]", 64));
+    /* an o-projection bias: the tape has no place for it */
+    json_object_set_new(set, "model.layers.2.self_attn.o_proj.bias", json_pack("[i]", 64));
     assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
     assert_null(m.tape);
     assert_non_null(m.hparams);
     assert_non_null(strstr(last_warning, "biases"));
+    arch_model_free(&m);
+    json_object_del(set, "model.layers.2.self_attn.o_proj.bias");
+    /* a q bias of the wrong size */
+    json_object_set_new(set, "model.layers.2.self_attn.q_proj.bias", json_pack("[i]", 32));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "model.layers.2.self_attn.q_proj.bias"));
     arch_model_free(&m);
     json_object_del(set, "model.layers.2.self_attn.q_proj.bias");
     /* a shape that disagrees with config.json */
@@ -288,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_smollm3_no_rope_layers),
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_qwen3_head_norms_and_scaling),
+        cmocka_unit_test(test_qwen2_biases),
         cmocka_unit_test(test_no_tape_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -93,6 +93,7 @@ typedef struct variant {
     thin_codec codec;
     int fp8_q;         /* 1: q_proj as F8_E4M3 with a scale, 2: without */
     const char *runtime;
+    int k_bias;        /* 1: a k bias tensor (model.layers.0.self_attn.k_proj.bias), 2: of zeros */
 } variant;
 
 static float value(size_t i, size_t k) { return (float)sin(0.37 * (double)(i * 131 + k)) * 0.5f; }
@@ -127,6 +128,13 @@ static void write_model(const char *path, variant v) {
     thin_writer_options o = {0, v.codec, 0, 1};
     assert_int_equal(thin_writer_open(w, path, &o), THIN_OK);
     for (size_t i = 0; i < N_WEIGHTS; i++) add_weight(w, i, &v);
+    if (v.k_bias) {
+        float b[KV_HEADS * HD];
+        for (int k = 0; k < KV_HEADS * HD; k++) b[k] = v.k_bias == 1 ? value(99, (size_t)k) : 0.0f;
+        thin_tensor_desc d = {"model.layers.0.self_attn.k_proj.bias", THIN_ROLE_K_BIAS, 0,
+                              THIN_DTYPE_F32, 1, {KV_HEADS * HD}, NULL, NULL};
+        assert_int_equal(thin_writer_add_tensor(w, &d, b), THIN_OK);
+    }
     thin_tensor_desc lm = {"lm_head.weight", THIN_ROLE_LM_HEAD, -1, THIN_DTYPE_F32, 2,
                            {VOCAB, DIM}, NULL, "model.embed_tokens.weight"};
     assert_int_equal(thin_writer_begin_tensor(w, &lm), THIN_OK);
@@ -185,7 +193,7 @@ static void run3(const plan *p, float *logits) {
 static void test_good_tape_compiles_and_runs(void **state) {
     (void)state;
     built b;
-    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, "{\"kv_cache_dtype\": \"F32\"}"},
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, "{\"kv_cache_dtype\": \"F32\"}", 0},
           THIN_DTYPE_INVALID);
     if (b.st != THIN_OK) fail_msg("%s", b.err);
     assert_int_equal(b.p.n_ops, 18);
@@ -213,17 +221,17 @@ static void test_zstd_and_fp8_weights_run_close(void **state) {
     (void)state;
     float ref[VOCAB], z[VOCAB], q[VOCAB];
     built b;
-    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL}, THIN_DTYPE_F32);
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
     assert_int_equal(b.st, THIN_OK);
     assert_int_equal(b.p.kv_dtype, THIN_DTYPE_F32);
     run3(&b.p, ref);
     unbuild(&b);
-    build(&b, (variant){tape(), THIN_CODEC_ZSTD, 0, NULL}, THIN_DTYPE_F32);
+    build(&b, (variant){tape(), THIN_CODEC_ZSTD, 0, NULL, 0}, THIN_DTYPE_F32);
     if (b.st != THIN_OK) fail_msg("%s", b.err);
     run3(&b.p, z);
     unbuild(&b);
     assert_memory_equal(ref, z, sizeof ref);
-    build(&b, (variant){tape(), THIN_CODEC_NONE, 1, NULL}, THIN_DTYPE_F32);
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 1, NULL, 0}, THIN_DTYPE_F32);
     if (b.st != THIN_OK) fail_msg("%s", b.err);
     assert_int_equal(b.p.ops[2].w.dtype, THIN_DTYPE_F8_E4M3);
     assert_non_null(b.p.ops[2].w.scale);
@@ -234,7 +242,7 @@ static void test_zstd_and_fp8_weights_run_close(void **state) {
 
 static void expect_error(json_t *t, thin_status want, const char *needle, int fp8_q) {
     built b;
-    build(&b, (variant){t, THIN_CODEC_NONE, fp8_q, NULL}, THIN_DTYPE_BF16);
+    build(&b, (variant){t, THIN_CODEC_NONE, fp8_q, NULL, 0}, THIN_DTYPE_BF16);
     if (b.st != want) fail_msg("status %d, want %d: %s", b.st, want, b.err);
     if (!strstr(b.err, needle)) fail_msg("message '%s' lacks '%s'", b.err, needle);
     unbuild(&b);
@@ -270,6 +278,54 @@ static void test_bad_tapes_are_refused(void **state) {
     expect_error(tape(), THIN_E_BAD_MANIFEST, "without a scale", 2);
 }
 
+/* The tape with a bias op after the v projection adding k_proj.bias into buffer `out`. */
+static json_t *tape_bias(const char *out) {
+    json_t *t = tape();
+    json_t *o = op("bias", "model.layers.0.self_attn.k_proj.bias", NULL, out);
+    json_object_set_new(o, "layer", json_integer(0));
+    json_array_insert_new(json_object_get(t, "ops"), 5, o);
+    return t;
+}
+
+/* Qwen2's biases: a bias op compiles, adds its vector (a zero bias changes no bit, another moves
+ * the logits), and is refused with a vector of the wrong size or a weight of another role. */
+static void test_bias_op(void **state) {
+    (void)state;
+    float ref[VOCAB], zero[VOCAB], with[VOCAB];
+    built b;
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    assert_int_equal(b.st, THIN_OK);
+    run3(&b.p, ref);
+    unbuild(&b);
+    build(&b, (variant){tape_bias("k"), THIN_CODEC_NONE, 0, NULL, 2}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_int_equal(b.p.n_ops, 19);
+    assert_int_equal(b.p.ops[5].kind, PLAN_BIAS);
+    assert_int_equal(b.p.ops[5].w_role, THIN_ROLE_K_BIAS);
+    assert_int_equal(b.p.ops[5].out, plan_buf(&b.p, "k"));
+    run3(&b.p, zero);
+    unbuild(&b);
+    assert_memory_equal(ref, zero, sizeof ref);
+    build(&b, (variant){tape_bias("v"), THIN_CODEC_NONE, 0, NULL, 1}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    run3(&b.p, with);
+    unbuild(&b);
+    double diff = 0;
+    for (int i = 0; i < VOCAB; i++) diff = fmax(diff, fabs((double)with[i] - ref[i]));
+    assert_true(diff > 1e-3);
+    built e;
+    build(&e, (variant){tape_bias("q"), THIN_CODEC_NONE, 0, NULL, 1}, THIN_DTYPE_F32);
+    assert_int_equal(e.st, THIN_E_SHAPE);
+    assert_non_null(strstr(e.err, "k_proj.bias"));
+    unbuild(&e);
+    json_t *t = tape_bias("x");
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 5), "w", json_string(W(1)));
+    build(&e, (variant){t, THIN_CODEC_NONE, 0, NULL, 1}, THIN_DTYPE_F32);
+    assert_int_equal(e.st, THIN_E_BAD_MANIFEST);
+    assert_non_null(strstr(e.err, "role attn_norm"));
+    unbuild(&e);
+}
+
 /* The tape with the split marks of a Llama layer: q, k, v, gate, up and the LM head "col", o
  * and down "row". */
 static json_t *tape_split(void) {
@@ -286,7 +342,7 @@ static json_t *tape_split(void) {
  * needle. */
 static void expect_split(json_t *t, uint32_t n, const char *needle) {
     built b;
-    build(&b, (variant){t, THIN_CODEC_NONE, 0, NULL}, THIN_DTYPE_F32);
+    build(&b, (variant){t, THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
     if (b.st != THIN_OK) fail_msg("%s", b.err);
     char err[512] = "";
     const thin_status st = plan_check_split(&b.p, n, err, sizeof err);
@@ -336,6 +392,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_tape_compiles_and_runs),
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
+        cmocka_unit_test(test_bias_op),
         cmocka_unit_test(test_bad_tapes_are_refused),
         cmocka_unit_test(test_split_over_devices),
     };

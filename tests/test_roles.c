@@ -49,8 +49,13 @@ static void test_global_weights(void **state)
 
 static void test_biases_and_unknown(void **state)
 {
-    check("model.layers.5.self_attn.q_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
-    check("model.layers.5.self_attn.k_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
+    check("model.layers.5.self_attn.q_proj.bias", ROLES_KNOWN, THIN_ROLE_Q_BIAS, 5);
+    check("model.layers.5.self_attn.k_proj.bias", ROLES_KNOWN, THIN_ROLE_K_BIAS, 5);
+    check("model.layers.0.self_attn.v_proj.bias", ROLES_KNOWN, THIN_ROLE_V_BIAS, 0);
+    check("model.layers.5.self_attn.o_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
+    check("model.layers.5.mlp.down_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 5);
+    check("lm_head.bias", ROLES_BIAS, THIN_ROLE_OTHER, -1);
+    check("model.layers.5.self_attn.q_proj.weight.bias", ROLES_UNKNOWN, THIN_ROLE_OTHER, 5);
     check("model.layers.5.self_attn.rotary_emb.inv_freq", ROLES_UNKNOWN, THIN_ROLE_OTHER, 5);
     check("model.layers.x.self_attn.q_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
     check("model.layers.01.self_attn.q_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, -1);
@@ -70,6 +75,9 @@ static void test_canonical_names(void **state)
     assert_string_equal(buf, "lm_head.weight");
     assert_int_equal(roles_name(THIN_ROLE_Q, -1, buf, sizeof buf), -1);
     assert_int_equal(roles_name(THIN_ROLE_SCALE, 0, buf, sizeof buf), -1);
+    assert_int_equal(roles_name(THIN_ROLE_V_BIAS, 7, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.7.self_attn.v_proj.bias");
+    assert_int_equal(roles_name(THIN_ROLE_Q_BIAS, -1, buf, sizeof buf), -1);
     assert_int_equal(roles_name(THIN_ROLE_UP, 3, buf, 8), -1);
     (void)state;
 }

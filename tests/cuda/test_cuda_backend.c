@@ -36,6 +36,8 @@ static thin_dtype down_dt;
 static thin_dtype o_dt;
 /* q, k and v's dtype when set (FP8 as the fp8-all profile makes them). */
 static thin_dtype qkv_dt;
+/* When set, q, k and v get bias ops after their products (Qwen2), of weights in this dtype. */
+static thin_dtype bias_dt;
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -137,6 +139,11 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         linear(m, l, B_H, B_Q, make_w(m, H, H, adt, 2 * amp, 0), THIN_ROLE_Q);
         linear(m, l, B_H, B_K, make_w(m, KV, H, adt, 2 * amp, 0), THIN_ROLE_K);
         linear(m, l, B_H, B_V, make_w(m, KV, H, adt, amp, 0), THIN_ROLE_V);
+        for (int b = B_Q; bias_dt && b <= B_V; b++) {
+            o = add_op(m, PLAN_BIAS, l, -1, b);
+            o->w = make_w(m, 1, b == B_Q ? H : KV, bias_dt, 0.5f, 0.0f);
+            o->w_role = b == B_Q ? THIN_ROLE_Q_BIAS : b == B_K ? THIN_ROLE_K_BIAS : THIN_ROLE_V_BIAS;
+        }
         if (l == 0) { /* layer 1 has no rope (as SmolLM3's every 4th layer) */
             for (int b = B_Q; b <= B_K; b++) {
                 o = add_op(m, PLAN_ROPE, l, b, -1);
@@ -331,6 +338,13 @@ static void run_all(const char *tag) {
     CASE("BF16 w+FP8 q/k/v, o and ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     qkv_dt = 0;
     o_dt = 0;
+    /* Qwen2's q, k and v biases (each a bias op after the products, which keeps them out of the
+     * fused rope epilogue and the attention block kernel) */
+    bias_dt = THIN_DTYPE_BF16;
+    CASE("BF16 w+BF16 q/k/v biases, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    bias_dt = THIN_DTYPE_F32;
+    CASE("BF16+FP8 ffn+F32 q/k/v biases, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    bias_dt = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;
     CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);

@@ -14,6 +14,7 @@ typedef struct hp {
     json_t *rope_scaling; /* borrowed from the config; NULL or JSON null when absent */
     int tie;
     unsigned char *rope;  /* n_layers flags: 1 = the layer applies RoPE */
+    unsigned char *bias;  /* n_layers masks of the biases present: 1 q, 2 k, 4 v (Qwen2) */
 } hp;
 
 typedef struct ctx {
@@ -88,7 +89,8 @@ static int get_real(const ctx *c, const char *key, double def, double *out)
 static int rope_layers(const ctx *c, hp *h)
 {
     h->rope = malloc((size_t)h->n_layers);
-    if (!h->rope)
+    h->bias = calloc((size_t)h->n_layers, 1);
+    if (!h->rope || !h->bias)
         return -1;
     memset(h->rope, 1, (size_t)h->n_layers);
     if (strcmp(c->family, "smollm3") != 0)
@@ -247,21 +249,27 @@ static int has_name(const ctx *c, const char *fmt, int32_t layer)
     return c->lookup(c->user, name, &rank, shape);
 }
 
-/* Layer-level features the tape cannot express. Returns 0 when the layer is plain. */
-static int check_layer_features(const ctx *c, int32_t l, int *qk_norm)
+/* Layer-level features: q/k norms and the q, k, v biases present (*bias: 1 q, 2 k, 4 v), or -1
+ * for what the tape cannot express. */
+static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned char *bias)
 {
-    static const char *const bias[] = {
-        "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
-        "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.bias",
-        "model.layers.%d.mlp.gate_proj.bias",    "model.layers.%d.mlp.up_proj.bias",
-        "model.layers.%d.mlp.down_proj.bias",
+    static const char *const qkv_bias[] = {"model.layers.%d.self_attn.q_proj.bias",
+                                           "model.layers.%d.self_attn.k_proj.bias",
+                                           "model.layers.%d.self_attn.v_proj.bias"};
+    static const char *const other_bias[] = {
+        "model.layers.%d.self_attn.o_proj.bias", "model.layers.%d.mlp.gate_proj.bias",
+        "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.down_proj.bias",
     };
-    for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
-        if (has_name(c, bias[i], l)) {
-            warnf(c, "no execution tape: layer %d has projection biases, which tape version 1 "
+    for (size_t i = 0; i < sizeof other_bias / sizeof other_bias[0]; i++)
+        if (has_name(c, other_bias[i], l)) {
+            warnf(c, "no execution tape: layer %d has o-projection or MLP biases, which the tape "
                   "cannot express", (int)l);
             return -1;
         }
+    *bias = 0;
+    for (int i = 0; i < 3; i++)
+        if (has_name(c, qkv_bias[i], l))
+            *bias |= (unsigned char)(1u << i);
     if (has_name(c, "model.layers.%d.self_attn.qkv_proj.weight", l) ||
         has_name(c, "model.layers.%d.mlp.gate_up_proj.weight", l)) {
         warnf(c, "no execution tape: layer %d has fused qkv/gate_up weights", (int)l);
@@ -278,7 +286,7 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm)
     return 0;
 }
 
-static int check_tensors(const ctx *c, const hp *h, int *qk_norm, int *tie_lm_head)
+static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
 {
     uint64_t qd = (uint64_t)h->n_heads * (uint64_t)h->head_dim;
     uint64_t kvd = (uint64_t)h->n_kv * (uint64_t)h->head_dim;
@@ -286,7 +294,7 @@ static int check_tensors(const ctx *c, const hp *h, int *qk_norm, int *tie_lm_he
     int any_qk = -1;
     for (int32_t l = 0; l < h->n_layers; l++) {
         int qk;
-        if (check_layer_features(c, l, &qk))
+        if (check_layer_features(c, l, &qk, &h->bias[l]))
             return -1;
         if (any_qk >= 0 && qk != any_qk) {
             warnf(c, "no execution tape: q/k norms present in some layers only");
@@ -298,7 +306,10 @@ static int check_tensors(const ctx *c, const hp *h, int *qk_norm, int *tie_lm_he
             expect(c, THIN_ROLE_O, l, d, qd) || expect(c, THIN_ROLE_FFN_NORM, l, d, 0) ||
             expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d) ||
             expect(c, THIN_ROLE_DOWN, l, d, f) ||
-            (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))))
+            (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))) ||
+            ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
+            ((h->bias[l] & 2) && expect(c, THIN_ROLE_K_BIAS, l, kvd, 0)) ||
+            ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)))
             return -1;
     }
     *qk_norm = any_qk == 1;
@@ -367,6 +378,16 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
              push_linear(ops, THIN_ROLE_Q, l, "h", "q", "col") ||
              push_linear(ops, THIN_ROLE_K, l, "h", "k", "col") ||
              push_linear(ops, THIN_ROLE_V, l, "h", "v", "col");
+    /* the biases after all three products, so that a runtime can still group q, k and v */
+    static const thin_role bias_role[3] = {THIN_ROLE_Q_BIAS, THIN_ROLE_K_BIAS, THIN_ROLE_V_BIAS};
+    static const char *const bias_buf[3] = {"q", "k", "v"};
+    for (int i = 0; !rc && i < 3; i++) {
+        if (!(h->bias[l] & (1u << i)))
+            continue;
+        rc = roles_name(bias_role[i], l, w, sizeof w) ||
+             push(ops, json_pack("{ss ss ss si}", "op", "bias", "w", w, "out", bias_buf[i],
+                                 "layer", (int)l));
+    }
     for (int i = 0; !rc && qk_norm && i < 2; i++) {
         rc = roles_name(i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w) ||
              push(ops, json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
@@ -457,6 +478,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
             oom = !(out->tape = build_tape(&h, qk));
         if (oom) {
             free(h.rope);
+            free(h.bias);
             arch_model_free(out);
             return -1;
         }
@@ -464,6 +486,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
         warnf(&c, "no execution tape: config.json lacks the hyperparameters of %s",
               out->architecture);
     free(h.rope);
+    free(h.bias);
     return 0;
 }
 

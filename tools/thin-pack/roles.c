@@ -25,6 +25,18 @@ static const struct {
 };
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
 
+/* Biases with a role of their own (the tape adds them after their projection; other biases
+ * keep role other). */
+static const struct {
+    const char *suffix; /* after "model.layers.N.", without ".bias" */
+    thin_role role;
+} bias_names[] = {
+    {"self_attn.q_proj", THIN_ROLE_Q_BIAS},
+    {"self_attn.k_proj", THIN_ROLE_K_BIAS},
+    {"self_attn.v_proj", THIN_ROLE_V_BIAS},
+};
+#define N_BIAS_NAMES (sizeof bias_names / sizeof bias_names[0])
+
 static const struct {
     const char *stem; /* without ".weight" */
     thin_role role;
@@ -105,8 +117,17 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
         }
         return ROLES_UNKNOWN;
     }
-    if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l) >= 0)
+    if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l) >= 0) {
+        if (l < 0)
+            return ROLES_BIAS;
+        const size_t rn = n - strlen(".bias") - (size_t)(rest - name);
+        for (size_t i = 0; i < N_BIAS_NAMES; i++)
+            if (strlen(bias_names[i].suffix) == rn && memcmp(rest, bias_names[i].suffix, rn) == 0) {
+                *role = bias_names[i].role;
+                return ROLES_KNOWN;
+            }
         return ROLES_BIAS;
+    }
     return ROLES_UNKNOWN;
 }
 
@@ -120,5 +141,8 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
         if (layer_names[i].role == role && layer >= 0)
             n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer,
                          layer_names[i].suffix);
+    for (size_t i = 0; n < 0 && i < N_BIAS_NAMES; i++)
+        if (bias_names[i].role == role && layer >= 0)
+            n = snprintf(buf, cap, "model.layers.%d.%s.bias", (int)layer, bias_names[i].suffix);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }

@@ -11,16 +11,18 @@
 
 typedef enum roles_kind {
     ROLES_KNOWN = 0,   /* a weight the tape knows (role set) */
-    ROLES_BIAS = 1,    /* a bias of a known projection: role other, the tape cannot use it */
+    ROLES_BIAS = 1,    /* a bias of o, gate, up or down: role other, the tape cannot use it */
     ROLES_UNKNOWN = 2, /* a name outside the family's naming: role other */
 } roles_kind;
 
 /* Maps a name to its role and layer (-1 for global tensors, or when no layer number is found).
  * "model.layers.N.self_attn.q_proj.weight" -> q, N; "model.norm.weight" -> final_norm, -1; a name
- * ending in ".weight.scale" after a known weight -> scale with that weight's layer. */
+ * ending in ".weight.scale" after a known weight -> scale with that weight's layer;
+ * "model.layers.N.self_attn.q_proj.bias" (k, v alike) -> q_bias, N. */
 roles_kind roles_map(const char *name, thin_role *role, int32_t *layer);
 
-/* Name of the tensor of `role` in `layer` under Llama naming ("model.layers.3.mlp.up_proj.weight"),
+/* Name of the tensor of `role` in `layer` under Llama naming ("model.layers.3.mlp.up_proj.weight",
+ * "model.layers.3.self_attn.q_proj.bias"),
  * written into buf. Returns 0, or -1 for a role without a canonical name or a short buffer. */
 int roles_name(thin_role role, int32_t layer, char *buf, size_t cap);
 

@@ -156,6 +156,7 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
             break;
         case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_BIAS: op_add_bias(row(s, op->out, i), &op->w, sz[op->out]); break;
         case PLAN_LINEAR:
         case PLAN_ATTENTION: break;
         }

@@ -232,6 +232,8 @@ static const thin_role roles_norm[] = {THIN_ROLE_ATTN_NORM, THIN_ROLE_FFN_NORM,
 static const thin_role roles_head_norm[] = {THIN_ROLE_Q_NORM, THIN_ROLE_K_NORM, THIN_ROLE_OTHER,
                                             THIN_ROLE_COUNT_};
 static const thin_role roles_embed[] = {THIN_ROLE_EMBEDDING, THIN_ROLE_COUNT_};
+static const thin_role roles_bias[] = {THIN_ROLE_Q_BIAS, THIN_ROLE_K_BIAS, THIN_ROLE_V_BIAS,
+                                       THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
 static const thin_role roles_linear[] = {
     THIN_ROLE_Q,    THIN_ROLE_K,       THIN_ROLE_V,       THIN_ROLE_O,       THIN_ROLE_QKV,
     THIN_ROLE_GATE, THIN_ROLE_UP,      THIN_ROLE_GATE_UP, THIN_ROLE_DOWN,    THIN_ROLE_LM_HEAD,
@@ -349,6 +351,9 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
         op->n_heads = (uint32_t)(sz[op->in] / op->head_dim);
         op->eps = op_float(o, "eps", b->p->hp.rms_norm_eps);
         return op_weight(b, o, op, 0, op->head_dim, roles_head_norm);
+    case PLAN_BIAS:
+        if ((st = op_buf(b, o, "out", &op->out))) return st;
+        return op_weight(b, o, op, 0, sz[op->out], roles_bias);
     default: { /* PLAN_LINEAR */
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
         const json_t *sj = json_object_get(o, "split");
@@ -372,7 +377,8 @@ static const struct {
     plan_op_kind kind;
 } op_names[] = {{"embed", PLAN_EMBED},       {"rmsnorm", PLAN_RMSNORM}, {"linear", PLAN_LINEAR},
                 {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
-                {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL}};
+                {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL},
+                {"bias", PLAN_BIAS}};
 
 static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     const char *name = json_string_value(json_object_get(o, "op"));
@@ -616,6 +622,7 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_SILU_MUL:
             if (div[o->in] != div[o->out]) why = "one operand is divided over the devices, the other whole";
             break;
+        case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */
         }
     }
     free(div);

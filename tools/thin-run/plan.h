@@ -26,6 +26,7 @@ typedef enum plan_op_kind {
     PLAN_ATTENTION = 6,    /* store buf[k], buf[v] in layer's cache; buf[out] = attn(buf[q]) */
     PLAN_ADD = 7,          /* buf[out] += buf[in] */
     PLAN_SILU_MUL = 8,     /* buf[out] = silu(buf[out]) * buf[in] */
+    PLAN_BIAS = 9,         /* buf[out] += w (a vector of buf[out]'s size; Qwen2's q/k/v biases) */
 } plan_op_kind;
 
 typedef enum plan_split {
