@@ -56,7 +56,7 @@ CFLAGS  += -std=c11 $(OPT) $(WARN) $(SANFLAGS) -pthread -fPIC
 LDFLAGS += $(SANFLAGS) -pthread
 LIBS    := -ljansson -lzstd -lcrypto -lm
 PACK_LIBS := -larchive
-RUN_LIBS  := -lpcre2-8
+RUN_LIBS  := -lpcre2-8 -lutf8proc
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -Ilibthin -Ikernels -Itools/common \
              -lineinfo --expt-relaxed-constexpr
 # CUDA_TRACE=1: kernels with the decode timeline probes (env THIN_CUDA_TRACE; use its own B).
@@ -106,7 +106,7 @@ all: banner lib tools tests
 
 # Debian packages needed to build and test (run as root, or with sudo).
 DEPS := build-essential pkg-config libzstd-dev libssl-dev libarchive-dev libcmocka-dev \
-        libjansson-dev libpcre2-dev zstd clang libclang-rt-14-dev valgrind zip python3
+        libjansson-dev libpcre2-dev libutf8proc-dev zstd clang libclang-rt-14-dev valgrind zip python3
 deps:
 	@if dpkg -s $(DEPS) >/dev/null 2>&1; then echo "thin: dependencies present"; else \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -200,8 +200,8 @@ static void test_hf_bad_inputs(void **state)
                     "sparse");
     expect_hf_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": {}}}", "merges");
     expect_hf_error("{\"model\": {\"type\": \"BPE\", " VOCAB ", \"merges\": [3]}}", "merge 0");
-    expect_hf_error("{\"normalizer\": {\"type\": \"NFKC\"}, \"model\": {\"type\": \"BPE\", " VOCAB
-                    ", \"merges\": []}}", "NFKC");
+    expect_hf_error("{\"normalizer\": {\"type\": \"BertNormalizer\"}, \"model\": {\"type\": "
+                    "\"BPE\", " VOCAB ", \"merges\": []}}", "BertNormalizer");
     expect_hf_error("{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\", "
                     VOCAB ", \"merges\": []}}", "Metaspace");
     expect_hf_error("{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(\"}, "

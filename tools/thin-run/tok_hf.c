@@ -3,7 +3,8 @@
  *
  * Supported: model BPE (vocab, merges as "a b" strings or [a, b] pairs, byte_fallback, fuse_unk,
  * ignore_merges, unk_token); added_tokens (special ones matched with parse_special, the others
- * always; lstrip/rstrip); normalizer null / Sequence / Replace (String or Regex) / Prepend;
+ * always; lstrip/rstrip); normalizer null / Sequence / Replace (String or Regex) / Prepend /
+ * NFC / NFD / NFKC / NFKD (Qwen2 and Qwen3 use NFC);
  * pre_tokenizer null / Sequence / Split (Regex, Isolated, not inverted) / ByteLevel (no prefix
  * space; use_regex adds GPT-2's pattern); decoder null / Sequence / Replace / ByteFallback / Fuse /
  * Strip (spaces) / ByteLevel; post_processor TemplateProcessing (a leading special token = BOS).
@@ -106,6 +107,17 @@ static int load_normalizer(hf *h, json_t *n, int depth)
     }
     if (is_type(n, "Replace"))
         return norm_replace(h, n);
+    static const struct {
+        const char *type;
+        tok_uform form;
+    } forms[] = {{"NFC", TOK_NFC}, {"NFD", TOK_NFD}, {"NFKC", TOK_NFKC}, {"NFKD", TOK_NFKD}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (is_type(n, forms[i].type)) {
+            if (add_norm_op(h, TOK_NORM_UNICODE, "", 0, "", 0))
+                return -1;
+            h->t->norm[h->t->n_norm - 1].uform = forms[i].form;
+            return 0;
+        }
     if (is_type(n, "Prepend")) {
         json_t *p = json_object_get(n, "prepend");
         if (!json_is_string(p))

@@ -1,13 +1,15 @@
 /*
  * tok_norm.c — the text passes before the model: the normalizer program (literal and regex
- * replacements, prepend) and the regex pre-tokenizer (Isolated splits), through PCRE2 in UTF mode
- * with Unicode properties, tolerant of invalid UTF-8 (invalid bytes never match), JIT when the
- * library has it.
+ * replacements, prepend, Unicode normalization forms) and the regex pre-tokenizer (Isolated
+ * splits), through PCRE2 in UTF mode with Unicode properties, tolerant of invalid UTF-8 (invalid
+ * bytes never match), JIT when the library has it. The normalization forms come from utf8proc,
+ * applied to each run of valid UTF-8 (invalid bytes pass through as they are).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "tok_private.h"
 
@@ -128,6 +130,33 @@ static int replace_re(const tok_norm_op *op, const char *s, size_t len, buf *o)
     return rc ? rc : buf_add(o, s + pos, len - pos);
 }
 
+/* s in Unicode normalization form f, run by run of valid UTF-8. */
+static int unicode_form(tok_uform f, const char *s, size_t len, buf *o)
+{
+    const utf8proc_option_t opt =
+        UTF8PROC_STABLE | (f == TOK_NFC || f == TOK_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
+        (f == TOK_NFKC || f == TOK_NFKD ? UTF8PROC_COMPAT : 0);
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i, l;
+        while (j < len && (l = tok_utf8_valid_len((const unsigned char *)s + j, len - j)))
+            j += l;
+        if (j > i) {
+            utf8proc_uint8_t *d = NULL;
+            const utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)s + i,
+                                                    (utf8proc_ssize_t)(j - i), &d, opt);
+            const int rc = n < 0 ? -1 : buf_add(o, (const char *)d, (size_t)n);
+            free(d);
+            if (rc)
+                return -1;
+        }
+        if (j < len && buf_add(o, s + j, 1)) /* an invalid byte */
+            return -1;
+        i = j + 1;
+    }
+    return 0;
+}
+
 static int apply_op(const tok_norm_op *op, const char *s, size_t len, buf *o)
 {
     switch (op->kind) {
@@ -139,6 +168,8 @@ static int apply_op(const tok_norm_op *op, const char *s, size_t len, buf *o)
         if (len && buf_add(o, op->content, op->content_len))
             return -1;
         return buf_add(o, s, len);
+    case TOK_NORM_UNICODE:
+        return unicode_form(op->uform, s, len, o);
     }
     return -1;
 }

@@ -60,7 +60,11 @@ typedef enum tok_norm_kind {
     TOK_NORM_REPLACE_STR = 1,  /* replace every occurrence of a literal */
     TOK_NORM_REPLACE_RE = 2,   /* replace every match of a PCRE2 pattern */
     TOK_NORM_PREPEND = 3,      /* prepend a string to a non-empty segment */
+    TOK_NORM_UNICODE = 4,      /* Unicode normalization form (uform): NFC, NFD, NFKC, NFKD */
 } tok_norm_kind;
+
+/* Unicode normalization forms of TOK_NORM_UNICODE. */
+typedef enum tok_uform { TOK_NFC = 1, TOK_NFD, TOK_NFKC, TOK_NFKD } tok_uform;
 
 typedef struct tok_norm_op {
     tok_norm_kind kind;
@@ -69,6 +73,7 @@ typedef struct tok_norm_op {
     char *content;       /* replacement / prepended text */
     size_t content_len;
     void *code;          /* pcre2_code_8 * for TOK_NORM_REPLACE_RE */
+    tok_uform uform;     /* TOK_NORM_UNICODE */
 } tok_norm_op;
 
 /* How the model part turns symbols into merge candidates. */
