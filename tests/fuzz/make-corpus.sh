@@ -47,6 +47,8 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
 python3 tests/fuzz/tiny_tokenizers.py hf-bytelevel >"$C/fuzz_tok_hf/bytelevel"
+# Unicode normalization forms (NFC then NFKD), byte fallback, an added token that needs them.
+printf '%s' '{"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFKD"}]}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "e": 1, "\u0301": 2, "\u00e9": 3, "f": 4, "i": 5, "fi": 6, "<0xFF>": 7, "\ufb01": 8, "<0x80>": 9}, "merges": ["f i"]}, "added_tokens": [{"id": 10, "content": "e\u0301\u00e9\ufb01", "special": false}]}' >"$C/fuzz_tok_hf/normalize"
 
 # GGUF vocabularies: SentencePiece (the stories260K vocabulary) and GPT-2 style byte-level BPE.
 python3 tests/fuzz/tiny_tokenizers.py gguf-llama "$S/tokenizer.json" >"$C/fuzz_tok_gguf/llama.gguf"
