@@ -290,6 +290,42 @@ static void test_qwen2_biases(void **state)
     (void)state;
 }
 
+/* A sliding attention window caps the context at the window (Mistral's sliding_window; Qwen2's
+ * only with use_sliding_window). */
+static json_int_t max_pos_of(const char *arch, const char *extra)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"architectures\": [\"%s\"], \"hidden_size\": 32, \"intermediate_size\": 64, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+             "\"vocab_size\": 50, \"max_position_embeddings\": 32768%s}", arch, extra);
+    json_t *cfg = json_loads(text, 0, NULL);
+    assert_non_null(cfg);
+    json_t *set = llama_tensors(2, 32, 64, 4, 2, 8, 50, 1, 0);
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    const json_int_t v = json_integer_value(json_object_get(m.hparams, "max_position_embeddings"));
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    return v;
+}
+
+static void test_sliding_window(void **state)
+{
+    last_warning[0] = 0;
+    assert_int_equal(max_pos_of("MistralForCausalLM", ", \"sliding_window\": 4096"), 4096);
+    assert_non_null(strstr(last_warning, "4096"));
+    assert_int_equal(max_pos_of("MistralForCausalLM", ", \"sliding_window\": null"), 32768);
+    assert_int_equal(max_pos_of("Qwen2ForCausalLM",
+                                ", \"sliding_window\": 4096, \"use_sliding_window\": false"), 32768);
+    assert_int_equal(max_pos_of("Qwen2ForCausalLM",
+                                ", \"sliding_window\": 4096, \"use_sliding_window\": true"), 4096);
+    assert_int_equal(max_pos_of("LlamaForCausalLM", ", \"sliding_window\": 65536"), 32768);
+    (void)state;
+}
+
 static void test_no_tape_cases(void **state)
 {
     json_t *cfg = json_loads(stories_config, 0, NULL);
@@ -343,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_qwen3_head_norms_and_scaling),
         cmocka_unit_test(test_qwen2_biases),
+        cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_no_tape_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -182,6 +182,18 @@ static int read_hparams(const ctx *c, hp *h)
     }
     const json_t *tie = json_object_get(c->config, "tie_word_embeddings");
     h->tie = tie ? json_is_true(tie) : strcmp(c->family, "smollm3") == 0;
+    /* A sliding attention window (Mistral's sliding_window; Qwen2's when use_sliding_window is
+     * true): within the window it is the full causal attention the tape runs, so the model's
+     * context is capped at the window rather than attended differently past it. */
+    const json_t *use = json_object_get(c->config, "use_sliding_window");
+    const json_t *win = json_object_get(c->config, "sliding_window");
+    if ((use ? json_is_true(use) : json_is_integer(win)) && json_is_integer(win) &&
+        json_integer_value(win) > 0 && json_integer_value(win) < h->max_pos) {
+        warnf(c, "config.json: attention slides over %lld positions: the context is capped there "
+              "(max_position_embeddings %lld)", (long long)json_integer_value(win),
+              (long long)h->max_pos);
+        h->max_pos = json_integer_value(win);
+    }
     return rope_layers(c, h);
 }
 
