@@ -134,6 +134,80 @@ static void test_stories_819_cases(void **state)
     free(data);
 }
 
+/* stories260K's tokenizer.json with its whitespace normalizer replaced by a Metaspace
+ * pre-tokenizer and decoder of the given prepend scheme and split (the form of newer SentencePiece
+ * conversions, such as Mistral's). */
+static tok *load_metaspace(const char *scheme, int split)
+{
+    size_t jl;
+    char *text = fixture_read("stories260k/tokenizer.json", &jl);
+    assert_non_null(text);
+    json_t *root = json_loadb(text, jl, 0, NULL);
+    free(text);
+    assert_non_null(root);
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set_new(root, "pre_tokenizer",
+                        json_pack("{ss ss ss sb}", "type", "Metaspace", "replacement", "\xE2\x96\x81",
+                                  "prepend_scheme", scheme, "split", split));
+    json_object_set_new(root, "decoder",
+                        json_pack("{ss [{ss ss ss sb} {ss} {ss}]}", "type", "Sequence", "decoders",
+                                  "type", "Metaspace", "replacement", "\xE2\x96\x81",
+                                  "prepend_scheme", scheme, "split", split, "type", "ByteFallback",
+                                  "type", "Fuse"));
+    char *j = json_dumps(root, 0);
+    json_decref(root);
+    tok *t = NULL;
+    char err[256] = "";
+    if (tok_load_hf(&t, j, strlen(j), NULL, 0, err, sizeof err))
+        fail_msg("load: %s", err);
+    free(j);
+    return t;
+}
+
+/* The Metaspace form gives sentencepiece's ids and decode for every golden case that the
+ * original's extra whitespace rules (leading, trailing and repeated spaces, trailing "▁") leave
+ * alone, split or not; with "first", text after a special token gets no "▁", with "always" it does. */
+static void test_stories_metaspace(void **state)
+{
+    size_t len;
+    char *data = fixture_read("stories260k/golden/tokenizer_cases.jsonl", &len);
+    assert_non_null(data);
+    for (int v = 0; v < 3; v++) {
+        tok *t = load_metaspace(v == 2 ? "first" : "always", v != 1);
+        int n = 0, checked = 0;
+        for (char *p = data, *nl; *p; p = nl + 1) {
+            nl = strchr(p, '\n');
+            assert_non_null(nl);
+            json_t *line = json_loadb(p, (size_t)(nl - p), 0, NULL);
+            const char *s = json_string_value(json_object_get(line, "text"));
+            const size_t sl = strlen(s);
+            n++;
+            if (sl && s[0] != ' ' && s[sl - 1] != ' ' && !strstr(s, "  ") &&
+                !strstr(s, "\xE2\x96\x81")) {
+                check_case(t, line, n);
+                checked++;
+            }
+            json_decref(line);
+        }
+        assert_true(checked > 400);
+        const char *sp = "<s>Once upon", *plain = "Once upon";
+        int32_t *a, *b;
+        size_t na, nb;
+        char err[256];
+        assert_int_equal(tok_encode(t, sp, strlen(sp), 0, 1, &a, &na, err, sizeof err), 0);
+        assert_int_equal(tok_encode(*state, plain, strlen(plain), 0, 0, &b, &nb, err, sizeof err), 0);
+        assert_int_equal(a[0], 1);
+        /* the original's ids of "Once upon" start with "▁Once": "always" gives them after <s> */
+        assert_int_equal(v == 2 ? na - 1 != nb || memcmp(a + 1, b, nb * sizeof *b) != 0
+                                : na - 1 == nb && memcmp(a + 1, b, nb * sizeof *b) == 0,
+                         1);
+        free(a);
+        free(b);
+        tok_free(t);
+    }
+    free(data);
+}
+
 /* With parse_special, the literal "<s>" becomes BOS, as in Hugging Face tokenizers. */
 static void test_stories_parse_special(void **state)
 {
@@ -243,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_stories_header),
         cmocka_unit_test(test_stories_819_cases),
         cmocka_unit_test(test_stories_parse_special),
+        cmocka_unit_test(test_stories_metaspace),
         cmocka_unit_test(test_stories_golden_decode),
         cmocka_unit_test(test_stories_stream_matches),
     };

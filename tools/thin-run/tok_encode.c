@@ -14,15 +14,15 @@ static int word_cb(void *ctx, const char *s, size_t len)
     return tok_bpe_word(c[0], s, len, c[1]);
 }
 
-/* One plain segment (no added tokens inside). */
-static int encode_plain(const tok *t, const char *s, size_t len, tok_ids *out)
+/* One plain segment (no added tokens inside); first: it starts the text. */
+static int encode_plain(const tok *t, const char *s, size_t len, int first, tok_ids *out)
 {
     if (len == 0)
         return 0;
     char *norm = NULL;
     size_t nlen = len;
     if (t->n_norm) {
-        if (tok_normalize(t, s, len, &norm, &nlen))
+        if (tok_normalize(t, s, len, first, &norm, &nlen))
             return -1;
         s = norm;
     }
@@ -68,14 +68,14 @@ static int encode_all(const tok *t, const char *s, size_t len, int parse_special
         size_t end = i;
         while (tk->lstrip && end > seg && is_space(s[end - 1]))
             end--;
-        if (encode_plain(t, s + seg, end - seg, out) || tok_ids_push(out, id))
+        if (encode_plain(t, s + seg, end - seg, seg == 0, out) || tok_ids_push(out, id))
             return -1;
         i += tk->key_len;
         while (tk->rstrip && i < len && is_space(s[i]))
             i++;
         seg = i;
     }
-    return encode_plain(t, s + seg, len - seg, out);
+    return encode_plain(t, s + seg, len - seg, seg == 0, out);
 }
 
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos, int parse_special,

@@ -6,8 +6,9 @@
  * always; lstrip/rstrip); normalizer null / Sequence / Replace (String or Regex) / Prepend /
  * NFC / NFD / NFKC / NFKD (Qwen2 and Qwen3 use NFC);
  * pre_tokenizer null / Sequence / Split (Regex, Isolated, not inverted) / ByteLevel (no prefix
- * space; use_regex adds GPT-2's pattern); decoder null / Sequence / Replace / ByteFallback / Fuse /
- * Strip (spaces) / ByteLevel; post_processor TemplateProcessing (a leading special token = BOS).
+ * space; use_regex adds GPT-2's pattern) / Metaspace ("▁"; prepend_scheme always, first or never;
+ * split); decoder null / Sequence / Replace / ByteFallback / Fuse / Strip (spaces) / ByteLevel /
+ * Metaspace; post_processor TemplateProcessing (a leading special token = BOS).
  * Anything else is refused with a message naming it, rather than tokenized differently.
  * A ByteLevel pre-tokenizer or decoder makes the tokenizer byte-level; otherwise SentencePiece.
  */
@@ -162,6 +163,46 @@ static int pre_bytelevel(hf *h, json_t *p)
     return 0;
 }
 
+/* Metaspace's prepend scheme: "always", "first" (the start of the text only) or "never"; older
+ * files say add_prefix_space (true: always). Returns 0 never, 1 always, 2 first, or -1. */
+static int metaspace_scheme(hf *h, json_t *p)
+{
+    json_t *r = json_object_get(p, "replacement"), *ps = json_object_get(p, "prepend_scheme");
+    json_t *aps = json_object_get(p, "add_prefix_space");
+    if (!json_is_string(r) || strcmp(json_string_value(r), "\xE2\x96\x81"))
+        return cli_fail(h->err, h->errlen, "Metaspace: only the replacement \"▁\" is supported");
+    if (!ps || json_is_null(ps))
+        return !aps || json_is_true(aps) ? 1 : 0;
+    const char *s = json_string_value(ps);
+    if (s && !strcmp(s, "always"))
+        return 1;
+    if (s && !strcmp(s, "first"))
+        return 2;
+    if (s && !strcmp(s, "never"))
+        return 0;
+    return cli_fail(h->err, h->errlen, "Metaspace: unknown prepend_scheme");
+}
+
+/* Metaspace: spaces become "▁", "▁" is prepended as the scheme says (normalizer steps after the
+ * normalizer's own), and with split (the default) each piece starts at a "▁". */
+static int pre_metaspace(hf *h, json_t *p)
+{
+    const int scheme = metaspace_scheme(h, p);
+    if (scheme < 0 || add_norm_op(h, TOK_NORM_REPLACE_STR, " ", 1, "\xE2\x96\x81", 3))
+        return -1;
+    if (scheme) {
+        if (add_norm_op(h, TOK_NORM_PREPEND, "", 0, "\xE2\x96\x81", 3))
+            return -1;
+        h->t->norm[h->t->n_norm - 1].first_only = scheme == 2;
+    }
+    json_t *split = json_object_get(p, "split");
+    if (!split || json_is_true(split)) {
+        static const char re[] = "\xE2\x96\x81[^\xE2\x96\x81]*|[^\xE2\x96\x81]+";
+        return add_split(h, re, sizeof re - 1);
+    }
+    return 0;
+}
+
 static int load_pretokenizer(hf *h, json_t *p, int depth)
 {
     if (json_is_null(p) || !p)
@@ -180,6 +221,8 @@ static int load_pretokenizer(hf *h, json_t *p, int depth)
         return pre_split(h, p);
     if (is_type(p, "ByteLevel"))
         return pre_bytelevel(h, p);
+    if (is_type(p, "Metaspace"))
+        return pre_metaspace(h, p);
     return cli_fail(h->err, h->errlen, "unsupported pre_tokenizer %s", type_of(p));
 }
 
@@ -215,6 +258,14 @@ static int load_decoder(hf *h, json_t *d, int depth)
         if (!json_is_string(pat) || strcmp(json_string_value(pat), "\xE2\x96\x81") ||
             !json_is_string(c) || strcmp(json_string_value(c), " "))
             return cli_fail(h->err, h->errlen, "unsupported Replace decoder (only \"▁\" -> \" \")");
+        return 0;
+    }
+    if (is_type(d, "Metaspace")) { /* "▁" -> " " (every piece's bytes), the prepended one dropped */
+        const int scheme = metaspace_scheme(h, d);
+        if (scheme < 0)
+            return -1;
+        if (scheme && !h->t->strip_lead)
+            h->t->strip_lead = 1;
         return 0;
     }
     if (is_type(d, "ByteFallback") || is_type(d, "Fuse") || is_type(d, "ByteLevel"))

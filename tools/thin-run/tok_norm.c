@@ -157,7 +157,7 @@ static int unicode_form(tok_uform f, const char *s, size_t len, buf *o)
     return 0;
 }
 
-static int apply_op(const tok_norm_op *op, const char *s, size_t len, buf *o)
+static int apply_op(const tok_norm_op *op, const char *s, size_t len, int first, buf *o)
 {
     switch (op->kind) {
     case TOK_NORM_REPLACE_STR:
@@ -165,7 +165,7 @@ static int apply_op(const tok_norm_op *op, const char *s, size_t len, buf *o)
     case TOK_NORM_REPLACE_RE:
         return replace_re(op, s, len, o);
     case TOK_NORM_PREPEND:
-        if (len && buf_add(o, op->content, op->content_len))
+        if (len && (first || !op->first_only) && buf_add(o, op->content, op->content_len))
             return -1;
         return buf_add(o, s, len);
     case TOK_NORM_UNICODE:
@@ -174,14 +174,14 @@ static int apply_op(const tok_norm_op *op, const char *s, size_t len, buf *o)
     return -1;
 }
 
-int tok_normalize(const tok *t, const char *s, size_t len, char **out, size_t *out_len)
+int tok_normalize(const tok *t, const char *s, size_t len, int first, char **out, size_t *out_len)
 {
     buf cur = {0};
     if (buf_add(&cur, s, len))
         return -1;
     for (uint32_t i = 0; i < t->n_norm; i++) {
         buf next = {0};
-        if (buf_add(&next, "", 0) || apply_op(&t->norm[i], cur.p, cur.n, &next)) {
+        if (buf_add(&next, "", 0) || apply_op(&t->norm[i], cur.p, cur.n, first, &next)) {
             free(next.p);
             free(cur.p);
             return -1;

@@ -74,6 +74,7 @@ typedef struct tok_norm_op {
     size_t content_len;
     void *code;          /* pcre2_code_8 * for TOK_NORM_REPLACE_RE */
     tok_uform uform;     /* TOK_NORM_UNICODE */
+    uint8_t first_only;  /* TOK_NORM_PREPEND: only to the segment at the start of the text */
 } tok_norm_op;
 
 /* How the model part turns symbols into merge candidates. */
@@ -162,7 +163,8 @@ size_t tok_bytelevel_char(unsigned char b, char out[2]);
 void *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen);
 void tok_regex_free(void *code);
 /* Applies the normalizer program to one segment. *out is malloc'd. */
-int tok_normalize(const tok *t, const char *s, size_t len, char **out, size_t *out_len);
+/* first: the segment starts the text (no added token before it). */
+int tok_normalize(const tok *t, const char *s, size_t len, int first, char **out, size_t *out_len);
 /* Calls fn for each piece of the pre-tokenized segment (regex splits, Isolated behaviour). */
 typedef int (*tok_piece_fn)(void *ctx, const char *s, size_t len);
 int tok_pretokenize(const tok *t, const char *s, size_t len, tok_piece_fn fn, void *ctx);
