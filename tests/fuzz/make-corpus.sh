@@ -49,6 +49,8 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 python3 tests/fuzz/tiny_tokenizers.py hf-bytelevel >"$C/fuzz_tok_hf/bytelevel"
 # Unicode normalization forms (NFC then NFKD), byte fallback, an added token that needs them.
 printf '%s' '{"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFKD"}]}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "e": 1, "\u0301": 2, "\u00e9": 3, "f": 4, "i": 5, "fi": 6, "<0xFF>": 7, "\ufb01": 8, "<0x80>": 9}, "merges": ["f i"]}, "added_tokens": [{"id": 10, "content": "e\u0301\u00e9\ufb01", "special": false}]}' >"$C/fuzz_tok_hf/normalize"
+# the Metaspace pre-tokenizer and decoder (prepend to the first segment, split at "▁").
+printf '%s' '{"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}, "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first"}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "\u2581": 1, "a": 2, "\u2581a": 3, "b": 4, "<0xFF>": 5}, "merges": ["\u2581 a"]}, "added_tokens": [{"id": 6, "content": "<s>", "special": true}]}' >"$C/fuzz_tok_hf/metaspace"
 
 # GGUF vocabularies: SentencePiece (the stories260K vocabulary) and GPT-2 style byte-level BPE.
 python3 tests/fuzz/tiny_tokenizers.py gguf-llama "$S/tokenizer.json" >"$C/fuzz_tok_gguf/llama.gguf"
