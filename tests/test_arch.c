@@ -290,6 +290,62 @@ static void test_qwen2_biases(void **state)
     (void)state;
 }
 
+/* Phi-3: fused qkv_proj and gate_up_proj, read as row ranges; refused with separate
+ * projections beside them, or with RoPE on part of each head. */
+static void test_phi3_fused(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si sb}", "architectures", "Phi3ForCausalLM",
+                            "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 2,
+                            "num_attention_heads", 4, "num_key_value_heads", 2, "vocab_size", 50,
+                            "tie_word_embeddings", 0);
+    json_t *set = llama_tensors(2, 32, 64, 4, 2, 8, 50, 1, 0);
+    for (int l = 0; l < 2; l++) {
+        char n[96];
+        static const char *const sep[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                          "mlp.gate_proj", "mlp.up_proj"};
+        for (int i = 0; i < 5; i++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", l, sep[i]);
+            json_object_del(set, n);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        json_object_set_new(set, n, json_pack("[ii]", 32 + 16 + 16, 32));
+        snprintf(n, sizeof n, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        json_object_set_new(set, n, json_pack("[ii]", 128, 32));
+    }
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_non_null(m.tape);
+    assert_int_equal(n_ops(&m), 1 + 2 * 15 + 2);
+    static const long long want[3][2] = {{0, 32}, {32, 48}, {48, 64}};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(field(op(&m, 2 + i), "w"), "model.layers.0.self_attn.qkv_proj.weight");
+        const json_t *r = json_object_get(op(&m, 2 + i), "rows");
+        assert_int_equal(json_integer_value(json_array_get(r, 0)), want[i][0]);
+        assert_int_equal(json_integer_value(json_array_get(r, 1)), want[i][1]);
+    }
+    assert_string_equal(field(op(&m, 12), "w"), "model.layers.0.mlp.gate_up_proj.weight");
+    assert_string_equal(field(op(&m, 12), "out"), "u");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(op(&m, 12), "rows"), 0)), 64);
+    assert_null(json_object_get(op(&m, 8), "rows")); /* o_proj, not fused */
+    arch_model_free(&m);
+    /* a separate q_proj beside the fused weight */
+    json_object_set_new(set, "model.layers.1.self_attn.q_proj.weight", json_pack("[ii]", 32, 32));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "both fused and separate"));
+    arch_model_free(&m);
+    json_object_del(set, "model.layers.1.self_attn.q_proj.weight");
+    /* Phi-4-mini's partial rotary embedding */
+    json_object_set_new(cfg, "partial_rotary_factor", json_real(0.75));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "partial_rotary_factor"));
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
 /* A sliding attention window caps the context at the window (Mistral's sliding_window; Qwen2's
  * only with use_sliding_window). */
 static json_int_t max_pos_of(const char *arch, const char *extra)
@@ -380,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_qwen3_head_norms_and_scaling),
         cmocka_unit_test(test_qwen2_biases),
         cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_phi3_fused),
         cmocka_unit_test(test_no_tape_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

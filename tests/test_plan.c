@@ -276,6 +276,14 @@ static void test_bad_tapes_are_refused(void **state) {
     expect_error(t, THIN_E_UNSUPPORTED, "version", 0);
     expect_error(NULL, THIN_E_NOT_FOUND, "tape", 0);
     expect_error(tape(), THIN_E_BAD_MANIFEST, "without a scale", 2);
+    /* rows of a larger weight (a fused one's part): refused past its end or of another size than
+     * the output */
+    t = tape();
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 3), "rows", json_pack("[ii]", 6, 10));
+    expect_error(t, THIN_E_SHAPE, "no rows 6..10", 0);
+    t = tape();
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 3), "rows", json_pack("[ii]", 0, 3));
+    expect_error(t, THIN_E_BAD_MANIFEST, "rows", 0);
 }
 
 /* The tape with a bias op after the v projection adding k_proj.bias into buffer `out`. */

@@ -15,6 +15,7 @@ typedef struct hp {
     int tie;
     unsigned char *rope;  /* n_layers flags: 1 = the layer applies RoPE */
     unsigned char *bias;  /* n_layers masks of the biases present: 1 q, 2 k, 4 v (Qwen2) */
+    unsigned char *fused; /* n_layers masks of the fused weights: 1 qkv_proj, 2 gate_up_proj (Phi-3) */
 } hp;
 
 typedef struct ctx {
@@ -43,7 +44,7 @@ const char *arch_family(const char *a)
     static const struct { const char *arch, *family; } t[] = {
         {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
         {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
-        {"Qwen3ForCausalLM", "qwen3"},
+        {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -90,7 +91,8 @@ static int rope_layers(const ctx *c, hp *h)
 {
     h->rope = malloc((size_t)h->n_layers);
     h->bias = calloc((size_t)h->n_layers, 1);
-    if (!h->rope || !h->bias)
+    h->fused = calloc((size_t)h->n_layers, 1);
+    if (!h->rope || !h->bias || !h->fused)
         return -1;
     memset(h->rope, 1, (size_t)h->n_layers);
     if (strcmp(c->family, "smollm3") != 0)
@@ -261,9 +263,10 @@ static int has_name(const ctx *c, const char *fmt, int32_t layer)
     return c->lookup(c->user, name, &rank, shape);
 }
 
-/* Layer-level features: q/k norms and the q, k, v biases present (*bias: 1 q, 2 k, 4 v), or -1
- * for what the tape cannot express. */
-static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned char *bias)
+/* Layer-level features: q/k norms, the q, k, v biases present (*bias: 1 q, 2 k, 4 v) and the
+ * fused weights (*fused: 1 qkv_proj, 2 gate_up_proj), or -1 for what the tape cannot express. */
+static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned char *bias,
+                                unsigned char *fused)
 {
     static const char *const qkv_bias[] = {"model.layers.%d.self_attn.q_proj.bias",
                                            "model.layers.%d.self_attn.k_proj.bias",
@@ -271,6 +274,7 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     static const char *const other_bias[] = {
         "model.layers.%d.self_attn.o_proj.bias", "model.layers.%d.mlp.gate_proj.bias",
         "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.down_proj.bias",
+        "model.layers.%d.self_attn.qkv_proj.bias", "model.layers.%d.mlp.gate_up_proj.bias",
     };
     for (size_t i = 0; i < sizeof other_bias / sizeof other_bias[0]; i++)
         if (has_name(c, other_bias[i], l)) {
@@ -282,9 +286,11 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     for (int i = 0; i < 3; i++)
         if (has_name(c, qkv_bias[i], l))
             *bias |= (unsigned char)(1u << i);
-    if (has_name(c, "model.layers.%d.self_attn.qkv_proj.weight", l) ||
-        has_name(c, "model.layers.%d.mlp.gate_up_proj.weight", l)) {
-        warnf(c, "no execution tape: layer %d has fused qkv/gate_up weights", (int)l);
+    *fused = (unsigned char)(has_name(c, "model.layers.%d.self_attn.qkv_proj.weight", l) |
+                             has_name(c, "model.layers.%d.mlp.gate_up_proj.weight", l) << 1);
+    if (((*fused & 1) && (*bias || has_name(c, "model.layers.%d.self_attn.q_proj.weight", l))) ||
+        ((*fused & 2) && has_name(c, "model.layers.%d.mlp.gate_proj.weight", l))) {
+        warnf(c, "no execution tape: layer %d has both fused and separate projections", (int)l);
         return -1;
     }
     int qn = has_name(c, "model.layers.%d.self_attn.q_norm.weight", l);
@@ -306,17 +312,21 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
     int any_qk = -1;
     for (int32_t l = 0; l < h->n_layers; l++) {
         int qk;
-        if (check_layer_features(c, l, &qk, &h->bias[l]))
+        if (check_layer_features(c, l, &qk, &h->bias[l], &h->fused[l]))
             return -1;
         if (any_qk >= 0 && qk != any_qk) {
             warnf(c, "no execution tape: q/k norms present in some layers only");
             return -1;
         }
         any_qk = qk;
-        if (expect(c, THIN_ROLE_ATTN_NORM, l, d, 0) || expect(c, THIN_ROLE_Q, l, qd, d) ||
-            expect(c, THIN_ROLE_K, l, kvd, d) || expect(c, THIN_ROLE_V, l, kvd, d) ||
+        const int fq = h->fused[l] & 1, fg = h->fused[l] & 2;
+        if (expect(c, THIN_ROLE_ATTN_NORM, l, d, 0) ||
+            (fq ? expect(c, THIN_ROLE_QKV, l, qd + 2 * kvd, d)
+                : expect(c, THIN_ROLE_Q, l, qd, d) || expect(c, THIN_ROLE_K, l, kvd, d) ||
+                      expect(c, THIN_ROLE_V, l, kvd, d)) ||
             expect(c, THIN_ROLE_O, l, d, qd) || expect(c, THIN_ROLE_FFN_NORM, l, d, 0) ||
-            expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d) ||
+            (fg ? expect(c, THIN_ROLE_GATE_UP, l, 2 * f, d)
+                : expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d)) ||
             expect(c, THIN_ROLE_DOWN, l, d, f) ||
             (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))) ||
             ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
@@ -349,8 +359,10 @@ static int push(json_t *ops, json_t *op)
     return op ? json_array_append_new(ops, op) : -1;
 }
 
-static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, const char *out,
-                       const char *split)
+/* A linear of the weight of `role`, or of its rows [r0, r1) when r1 > 0 (one part of a fused
+ * weight). */
+static int push_linear_rows(json_t *ops, thin_role role, int32_t l, const char *in,
+                            const char *out, const char *split, int64_t r0, int64_t r1)
 {
     char w[128];
     if (roles_name(role, l, w, sizeof w))
@@ -359,7 +371,15 @@ static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, c
                            "split", split);
     if (op && l >= 0)
         json_object_set_new(op, "layer", json_integer(l));
+    if (op && r1 > 0)
+        json_object_set_new(op, "rows", json_pack("[II]", (json_int_t)r0, (json_int_t)r1));
     return push(ops, op);
+}
+
+static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, const char *out,
+                       const char *split)
+{
+    return push_linear_rows(ops, role, l, in, out, split, 0, 0);
 }
 
 static int push_rmsnorm(json_t *ops, thin_role role, int32_t l, double eps)
@@ -386,10 +406,16 @@ static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm)
 {
     char w[128];
+    const int64_t qd = h->n_heads * h->head_dim, kvd = h->n_kv * h->head_dim;
     int rc = push_rmsnorm(ops, THIN_ROLE_ATTN_NORM, l, h->eps) ||
-             push_linear(ops, THIN_ROLE_Q, l, "h", "q", "col") ||
-             push_linear(ops, THIN_ROLE_K, l, "h", "k", "col") ||
-             push_linear(ops, THIN_ROLE_V, l, "h", "v", "col");
+             (h->fused[l] & 1
+                  ? push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "q", "col", 0, qd) ||
+                        push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "k", "col", qd, qd + kvd) ||
+                        push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "v", "col", qd + kvd,
+                                         qd + 2 * kvd)
+                  : push_linear(ops, THIN_ROLE_Q, l, "h", "q", "col") ||
+                        push_linear(ops, THIN_ROLE_K, l, "h", "k", "col") ||
+                        push_linear(ops, THIN_ROLE_V, l, "h", "v", "col"));
     /* the biases after all three products, so that a runtime can still group q, k and v */
     static const thin_role bias_role[3] = {THIN_ROLE_Q_BIAS, THIN_ROLE_K_BIAS, THIN_ROLE_V_BIAS};
     static const char *const bias_buf[3] = {"q", "k", "v"};
@@ -419,9 +445,12 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
 
 static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
 {
+    const int64_t f = h->inter;
     return push_rmsnorm(ops, THIN_ROLE_FFN_NORM, l, h->eps) ||
-           push_linear(ops, THIN_ROLE_GATE, l, "h", "g", "col") ||
-           push_linear(ops, THIN_ROLE_UP, l, "h", "u", "col") ||
+           (h->fused[l] & 2 ? push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "g", "col", 0, f) ||
+                                  push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "u", "col", f, 2 * f)
+                            : push_linear(ops, THIN_ROLE_GATE, l, "h", "g", "col") ||
+                                  push_linear(ops, THIN_ROLE_UP, l, "h", "u", "col")) ||
            push(ops, json_pack("{ss ss ss}", "op", "silu_mul", "in", "u", "out", "g")) ||
            push_linear(ops, THIN_ROLE_DOWN, l, "g", "h", "row") ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
@@ -458,6 +487,12 @@ static int check_act(const ctx *c)
         warnf(c, "no execution tape: hidden_act is not \"silu\"");
         return -1;
     }
+    const json_t *prf = json_object_get(c->config, "partial_rotary_factor");
+    if (prf && !json_is_null(prf) && json_number_value(prf) != 1.0) {
+        warnf(c, "no execution tape: RoPE on part of each head (partial_rotary_factor) is not "
+              "supported");
+        return -1;
+    }
     return 0;
 }
 
@@ -491,6 +526,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
         if (oom) {
             free(h.rope);
             free(h.bias);
+            free(h.fused);
             arch_model_free(out);
             return -1;
         }
@@ -499,6 +535,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
               out->architecture);
     free(h.rope);
     free(h.bias);
+    free(h.fused);
     return 0;
 }
 

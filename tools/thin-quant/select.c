@@ -159,7 +159,7 @@ static int profile_wants(const tq_selection *s, const thin_tensor_info *t, uint3
     uint32_t bit = ROLE_BIT(t->role);
     switch (s->profile) {
     case TQ_PROFILE_QUALITY:
-        if (t->role == THIN_ROLE_GATE || t->role == THIN_ROLE_UP)
+        if (t->role == THIN_ROLE_GATE || t->role == THIN_ROLE_UP || t->role == THIN_ROLE_GATE_UP)
             return 1;
         if (t->role == THIN_ROLE_DOWN)
             return t->layer >= 0 && (uint64_t)t->layer >= n_layers / 4 &&

@@ -195,9 +195,11 @@ static thin_status find_scale(builder *b, const thin_tensor_info *ti, uint64_t r
 }
 
 /* Resolves field "w" of op o to a matrix of `rows` × `cols` (rank 1 when rows == 0) and checks its
- * role against the allowed list (terminated by THIN_ROLE_COUNT_). */
-static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t rows,
-                             uint64_t cols, const thin_role *allowed) {
+ * role against the allowed list (terminated by THIN_ROLE_COUNT_). view: NULL, or rows [view[0],
+ * view[1]) of a larger matrix (one part of a fused weight), which then has at least view[1] rows
+ * of `cols`. */
+static thin_status op_weight_view(builder *b, const json_t *o, plan_op *op, uint64_t rows,
+                                  uint64_t cols, const thin_role *allowed, const uint64_t *view) {
     const char *name = json_string_value(json_object_get(o, "w"));
     if (!name) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: no weight name 'w'", b->op);
     thin_tensor_info ti;
@@ -210,8 +212,12 @@ static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t 
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: tensor '%s' has role %s, unfit for the op",
                     b->op, name, thin_role_name(op->w_role));
     int is_vec = rows == 0;
-    if (is_vec ? (ti.rank != 1 || ti.shape[0] != cols)
-               : (ti.rank != 2 || ti.shape[0] != rows || ti.shape[1] != cols))
+    if (view && (ti.rank != 2 || ti.shape[0] < view[1] || ti.shape[1] != cols))
+        return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' has no rows %llu..%llu of %llu columns",
+                    b->op, name, (unsigned long long)view[0], (unsigned long long)view[1],
+                    (unsigned long long)cols);
+    if (!view && (is_vec ? (ti.rank != 1 || ti.shape[0] != cols)
+                         : (ti.rank != 2 || ti.shape[0] != rows || ti.shape[1] != cols)))
         return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' should be [%s%llu] for its buffers",
                     b->op, name, is_vec ? "" : "rows, ", (unsigned long long)cols);
     op->w = (thin_wmat){NULL, ti.dtype, NULL, is_vec ? 1 : rows, cols};
@@ -219,10 +225,20 @@ static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t 
         !(ti.dtype == THIN_DTYPE_F8_E4M3 && !is_vec))
         return fail(b, THIN_E_DTYPE, "tensor '%s': dtype %s is not supported here", name,
                     thin_dtype_name(ti.dtype));
-    if (ti.dtype == THIN_DTYPE_F8_E4M3 && (st = find_scale(b, &ti, rows, &op->w.scale)) != THIN_OK)
+    const uint64_t all_rows = view ? ti.shape[0] : rows;
+    if (ti.dtype == THIN_DTYPE_F8_E4M3 &&
+        (st = find_scale(b, &ti, all_rows, &op->w.scale)) != THIN_OK)
         return st;
     note_read(b, ti.index, op->kind == PLAN_EMBED ? ti.nbytes / rows : ti.nbytes);
-    return tensor_bytes(b, &ti, &op->w.data);
+    if ((st = tensor_bytes(b, &ti, &op->w.data)) != THIN_OK || !view) return st;
+    op->w.data = (const uint8_t *)op->w.data + view[0] * cols * thin_dtype_size(ti.dtype);
+    if (op->w.scale) op->w.scale += view[0];
+    return THIN_OK;
+}
+
+static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t rows,
+                             uint64_t cols, const thin_role *allowed) {
+    return op_weight_view(b, o, op, rows, cols, allowed, NULL);
 }
 
 /* ---- ops ---- */
@@ -367,7 +383,17 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
         if (op->in == op->out)
             return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: linear reads and writes one buffer",
                         b->op);
-        return op_weight(b, o, op, sz[op->out], sz[op->in], roles_linear);
+        const json_t *rj = json_object_get(o, "rows");
+        if (!rj || json_is_null(rj))
+            return op_weight(b, o, op, sz[op->out], sz[op->in], roles_linear);
+        const json_t *r0 = json_array_get(rj, 0), *r1 = json_array_get(rj, 1);
+        if (json_array_size(rj) != 2 || !json_is_integer(r0) || !json_is_integer(r1) ||
+            json_integer_value(r0) < 0 || json_integer_value(r1) <= json_integer_value(r0) ||
+            (uint64_t)(json_integer_value(r1) - json_integer_value(r0)) != sz[op->out])
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: rows is not [first, end) of %s's size",
+                        b->op, b->p->buf_names[op->out]);
+        const uint64_t view[2] = {(uint64_t)json_integer_value(r0), (uint64_t)json_integer_value(r1)};
+        return op_weight_view(b, o, op, sz[op->out], sz[op->in], roles_linear, view);
     }
     }
 }

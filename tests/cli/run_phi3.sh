@@ -1,0 +1,22 @@
+#!/bin/sh
+# A Phi-3-shaped model (fused qkv_proj and gate_up_proj): its tape reads q, k and v (gate and up)
+# as row ranges of the fused weight, and the teacher-forced logits match the fixture's float64
+# reference within 1e-4 (F32 KV cache), whole and split over 2 devices; the quality profile puts
+# the fused gate/up in FP8 with per-row scales and stays close.
+set -e
+P="$FIX/phi3-tiny"
+"$BIN/thin-pack" -q "$P" -o "$T/p.thin"
+"$BIN/thin-inspect" --tape "$T/p.thin" > "$T/tape.txt"
+grep -q 'w=model.layers.1.self_attn.qkv_proj.weight in=h out=k split=col rows=\[64,96\]' "$T/tape.txt"
+grep -q 'w=model.layers.0.mlp.gate_up_proj.weight in=h out=u split=col rows=\[128,256\]' "$T/tape.txt"
+"$BIN/thin-run" "$T/p.thin" --device cpu --kv-dtype f32 --score "$P/ids.txt" --out "$T/f32.f32"
+"$BIN/thin-compare" "$P/logits.f32" "$T/f32.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+"$BIN/thin-run" "$T/p.thin" --device cpu --kv-dtype f32 --shards 2 --score "$P/ids.txt" \
+    --out "$T/s2.f32"
+"$BIN/thin-compare" "$P/logits.f32" "$T/s2.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+"$BIN/thin-quant" -q --profile quality "$T/p.thin" -o "$T/q.thin"
+"$BIN/thin-inspect" "$T/q.thin" | grep -q 'gate_up_proj.weight  *gate_up  *0 F8_E4M3'
+"$BIN/thin-run" "$T/q.thin" --device cpu --kv-dtype f32 --score "$P/ids.txt" --out "$T/q.f32"
+echo "quality profile (FP8 gate_up):"
+"$BIN/thin-compare" "$P/logits.f32" "$T/q.f32" --vocab 96 --summary --min-cosine 0.9999 --min-top1 1
+echo ok

@@ -1,0 +1,20 @@
+#!/bin/sh
+# The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (ops of their own) and
+# Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight). Each one's teacher-forced
+# logits match the fixture's float64 reference (F32 weights and KV cache), and its greedy ids
+# equal the CPU's.
+set -e
+for f in qwen2-tiny phi3-tiny; do
+    Q="$FIX/$f"
+    "$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
+    "$BIN/thin-run" "$T/m.thin" --device cuda --kv-dtype f32 --score "$Q/ids.txt" --out "$T/gpu.f32"
+    echo "$f:"
+    "$BIN/thin-compare" "$Q/logits.f32" "$T/gpu.f32" --vocab 96 --summary --max-abs 1e-3 --min-top1 1
+    for d in cpu cuda; do
+        "$BIN/thin-run" "$T/m.thin" --device $d --ids "1 17 42 5" -n 24 -t 0 --ignore-eos --json \
+            > "$T/$d.json"
+        sed -n '/"ids"/,/]/p' "$T/$d.json" | tr -d ' \n' > "$T/$d.ids"
+    done
+    cmp "$T/cpu.ids" "$T/cuda.ids"
+done
+echo ok
