@@ -24,6 +24,10 @@ cp "$W/zstd.thin" "$C/fuzz_thin_stream/tiny-zstd.thin"
 cp "$W/f32.thin" "$C/fuzz_quant_input/tiny-f32.thin"
 
 cp "$W/fp8.thin" "$C/fuzz_plan/tiny-fp8.thin"
+# the family fixtures' tapes: bias ops (Qwen2) and row ranges of fused weights (Phi-3), FP8
+for f in qwen2 phi3; do
+    "$B/bin/thin-pack" -q "fixtures/$f-tiny" | "$B/bin/thin-quant" -q -p fp8-all - -o "$C/fuzz_plan/$f-fp8.thin"
+done
 
 # SafeTensors: the tiny model and the small malformed fixtures.
 cp "$W/m/model.safetensors" "$C/fuzz_safetensors/tiny.safetensors"
