@@ -90,9 +90,7 @@ static int get_real(const ctx *c, const char *key, double def, double *out)
 static int rope_layers(const ctx *c, hp *h)
 {
     h->rope = malloc((size_t)h->n_layers);
-    h->bias = calloc((size_t)h->n_layers, 1);
-    h->fused = calloc((size_t)h->n_layers, 1);
-    if (!h->rope || !h->bias || !h->fused)
+    if (!h->rope)
         return -1;
     memset(h->rope, 1, (size_t)h->n_layers);
     if (strcmp(c->family, "smollm3") != 0)
@@ -196,6 +194,10 @@ static int read_hparams(const ctx *c, hp *h)
               (long long)h->max_pos);
         h->max_pos = json_integer_value(win);
     }
+    h->bias = calloc((size_t)h->n_layers, 1); /* filled by check_tensors */
+    h->fused = calloc((size_t)h->n_layers, 1);
+    if (!h->bias || !h->fused)
+        return -1;
     return rope_layers(c, h);
 }
 
