@@ -17,7 +17,7 @@
 
 static char *render(chat_format f, const char *sys, chat_think think, const char *user)
 {
-    chat_opts o = {f, sys, think, "16 August 2026"};
+    chat_opts o = {f, sys, think, "16 August 2026", NULL, NULL};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, user, &out, &len, err, sizeof err), 0);
@@ -80,7 +80,7 @@ static void test_chat_chatml_and_detect(void **state)
     assert_int_equal(chat_detect("\"<|im_start|>system\\n\" \"Knowledge Cutoff Date: June 2025\\n\" "
                                  "\"Reasoning Mode: \""), CHAT_FORMAT_SMOLLM3);
     assert_string_equal(chat_stop_text(CHAT_FORMAT_SMOLLM3), "<|im_end|>");
-    chat_opts o = {CHAT_FORMAT_NONE, NULL, CHAT_THINK_DEFAULT, NULL};
+    chat_opts o = {CHAT_FORMAT_NONE, NULL, CHAT_THINK_DEFAULT, NULL, NULL, NULL};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, "x", &out, &len, err, sizeof err), -1);
@@ -91,6 +91,87 @@ static void test_chat_chatml_and_detect(void **state)
     free(out);
 }
 
+/* Renders with the options a template gives (today: the date text, or NULL). */
+static char *render_tpl(const char *tpl, const char *sys, const char *today, const char *user)
+{
+    chat_opts o = {CHAT_FORMAT_NONE, sys, CHAT_THINK_DEFAULT, today, NULL, NULL};
+    chat_from_template(tpl, &o);
+    char *out, err[128];
+    size_t len;
+    assert_int_equal(chat_render(&o, user, &out, &len, err, sizeof err), 0);
+    return out;
+}
+
+/* Pieces of the Llama 3.0, 3.1 and 3.2 templates (the Instruct models' tokenizer_config.json)
+ * and of Qwen2.5's. */
+static const char tpl_llama30[] =
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ "
+    "message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = "
+    "bos_token + content %}";
+static const char tpl_llama31[] =
+    "{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: "
+    "December 2023\\n\" }}{{- '<|eot_id|>' }}";
+static const char tpl_llama32[] =
+    "{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- else "
+    "%}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}{{- \"<|start_header_id|>system"
+    "<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}<|eot_id|>";
+static const char tpl_qwen25[] =
+    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
+    "helpful assistant.<|im_end|>\\n' }}{%- endif %}";
+
+static void test_chat_llama3(void **state)
+{
+    (void)state;
+    assert_int_equal(chat_detect(tpl_llama30), CHAT_FORMAT_LLAMA3);
+    assert_int_equal(chat_detect(tpl_llama31), CHAT_FORMAT_LLAMA31);
+    assert_string_equal(chat_stop_text(CHAT_FORMAT_LLAMA31), "<|eot_id|>");
+    char *s = render_tpl(tpl_llama30, NULL, NULL, " Hi \n");
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    s = render_tpl(tpl_llama30, "Be brief.", NULL, "Hi");
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief."
+                           "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    /* 3.1: the dated system block always, with the template's fixed date */
+    s = render_tpl(tpl_llama31, NULL, NULL, "Hi");
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                           "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+                           "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    s = render_tpl(tpl_llama31, "Be brief. ", "05 Dec 2026", "Hi");
+    assert_non_null(strstr(s, "Today Date: 05 Dec 2026\n\nBe brief.<|eot_id|>"));
+    free(s);
+    /* 3.2: today's date, "%d %b %Y" */
+    s = render_tpl(tpl_llama32, NULL, NULL, "Hi");
+    const char *d = strstr(s, "Today Date: ");
+    assert_non_null(d);
+    d += strlen("Today Date: ");
+    assert_true(d[0] >= '0' && d[0] <= '3' && d[1] >= '0' && d[1] <= '9' && d[2] == ' ' &&
+                d[6] == ' ' && !strncmp(d + 11, "\n\n<|eot_id|>", 10));
+    free(s);
+}
+
+static void test_chat_qwen25_default_system(void **state)
+{
+    (void)state;
+    char *s = render_tpl(tpl_qwen25, NULL, NULL, "Hi");
+    assert_string_equal(s, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                           "helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+    s = render_tpl(tpl_qwen25, "S", NULL, "Hi");
+    assert_string_equal(s, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+    s = render_tpl("{{'<|im_start|>' + role}}", NULL, NULL, "Hi"); /* plain ChatML: none */
+    assert_string_equal(s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -98,6 +179,8 @@ int main(void)
         cmocka_unit_test(test_chat_smollm3_defaults),
         cmocka_unit_test(test_chat_smollm3_system_flags),
         cmocka_unit_test(test_chat_chatml_and_detect),
+        cmocka_unit_test(test_chat_llama3),
+        cmocka_unit_test(test_chat_qwen25_default_system),
     };
     return cmocka_run_group_tests_name("chat", tests, NULL, NULL);
 }

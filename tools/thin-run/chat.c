@@ -27,8 +27,14 @@ static const char persona_think[] =
 static const char persona_plain[] =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face.\n\n";
 
+/* Qwen2.5's default system message, which its template writes when the messages have none. */
+static const char qwen25_system[] = "You are Qwen, created by Alibaba Cloud. You are a helpful "
+                                    "assistant.";
+
 chat_format chat_detect(const char *tpl)
 {
+    if (tpl && strstr(tpl, "<|start_header_id|>") && strstr(tpl, "<|eot_id|>"))
+        return strstr(tpl, "Cutting Knowledge Date") ? CHAT_FORMAT_LLAMA31 : CHAT_FORMAT_LLAMA3;
     if (!tpl || !strstr(tpl, "<|im_start|>"))
         return CHAT_FORMAT_NONE;
     if (strstr(tpl, "Reasoning Mode") && strstr(tpl, "Knowledge Cutoff Date"))
@@ -36,9 +42,26 @@ chat_format chat_detect(const char *tpl)
     return CHAT_FORMAT_CHATML;
 }
 
+void chat_from_template(const char *tpl, chat_opts *o)
+{
+    o->format = chat_detect(tpl);
+    o->default_system = o->format == CHAT_FORMAT_CHATML && strstr(tpl, qwen25_system) ? qwen25_system
+                                                                                      : NULL;
+    o->fixed_date = o->format == CHAT_FORMAT_LLAMA31 && !strstr(tpl, "strftime_now") &&
+                            strstr(tpl, "26 Jul 2024")
+                        ? "26 Jul 2024"
+                        : NULL;
+}
+
 const char *chat_stop_text(chat_format format)
 {
-    return format == CHAT_FORMAT_NONE ? NULL : "<|im_end|>";
+    switch (format) {
+    case CHAT_FORMAT_CHATML:
+    case CHAT_FORMAT_SMOLLM3: return "<|im_end|>";
+    case CHAT_FORMAT_LLAMA3:
+    case CHAT_FORMAT_LLAMA31: return "<|eot_id|>";
+    default: return NULL;
+    }
 }
 
 typedef struct sbuf {
@@ -92,7 +115,8 @@ static char *remove_and_rstrip(const char *s, const char *const *words, size_t n
     return out;
 }
 
-static void today_text(char *buf, size_t cap)
+/* Today's local date as "DD Month YYYY" (short: "DD Mon YYYY", strftime's "%d %b %Y"). */
+static void today_text(char *buf, size_t cap, int short_month)
 {
     static const char *const months[12] = {"January", "February", "March", "April", "May",
                                            "June", "July", "August", "September", "October",
@@ -101,7 +125,46 @@ static void today_text(char *buf, size_t cap)
     struct tm tm;
     if (!localtime_r(&now, &tm))
         memset(&tm, 0, sizeof tm);
-    snprintf(buf, cap, "%02d %s %d", tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900);
+    snprintf(buf, cap, "%02d %.*s %d", tm.tm_mday, short_month ? 3 : 20, months[tm.tm_mon % 12],
+             tm.tm_year + 1900);
+}
+
+/* s without leading and trailing whitespace, as Jinja's |trim, appended to b. */
+static void sb_trim(sbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || (s[n - 1] >= 0x09 && s[n - 1] <= 0x0D)))
+        n--;
+    while (n && (*s == ' ' || (*s >= 0x09 && *s <= 0x0D)))
+        s++, n--;
+    sb_add(b, s, n);
+}
+
+/* Llama 3's header format (see chat.h). */
+static void llama3_render(sbuf *b, const chat_opts *o, const char *user)
+{
+    sb_str(b, "<|begin_of_text|>");
+    if (o->format == CHAT_FORMAT_LLAMA31 || o->system) {
+        sb_str(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+        if (o->format == CHAT_FORMAT_LLAMA31) {
+            char date[64];
+            if (o->today)
+                snprintf(date, sizeof date, "%s", o->today);
+            else if (o->fixed_date)
+                snprintf(date, sizeof date, "%s", o->fixed_date);
+            else
+                today_text(date, sizeof date, 1);
+            sb_str(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+            sb_str(b, date);
+            sb_str(b, "\n\n");
+        }
+        if (o->system)
+            sb_trim(b, o->system);
+        sb_str(b, "<|eot_id|>");
+    }
+    sb_str(b, "<|start_header_id|>user<|end_header_id|>\n\n");
+    sb_trim(b, user ? user : "");
+    sb_str(b, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* SmolLM3's system block; *think receives the reasoning mode it settles on. */
@@ -137,7 +200,7 @@ static void smollm3_system(sbuf *b, const chat_opts *o, int *think)
     if (o->today)
         snprintf(date, sizeof date, "%s", o->today);
     else
-        today_text(date, sizeof date);
+        today_text(date, sizeof date, 0);
     sb_str(b, "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: ");
     sb_str(b, date);
     sb_str(b, "\nReasoning Mode: ");
@@ -159,23 +222,28 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
     int think = 0;
     *out = NULL;
     *len = 0;
-    if (o->format != CHAT_FORMAT_SMOLLM3 && o->format != CHAT_FORMAT_CHATML) {
+    if (o->format < CHAT_FORMAT_CHATML || o->format > CHAT_FORMAT_LLAMA31) {
         if (err && errlen)
-            snprintf(err, errlen, "no supported chat template (need SmolLM3 or ChatML)");
+            snprintf(err, errlen, "no supported chat template (need SmolLM3, ChatML or Llama 3)");
         return -1;
     }
-    if (o->format == CHAT_FORMAT_SMOLLM3)
-        smollm3_system(&b, o, &think);
-    else if (o->system) {
-        sb_str(&b, "<|im_start|>system\n");
-        sb_str(&b, o->system);
-        sb_str(&b, "<|im_end|>\n");
+    if (o->format == CHAT_FORMAT_LLAMA3 || o->format == CHAT_FORMAT_LLAMA31) {
+        llama3_render(&b, o, user);
+    } else {
+        const char *sys = o->system ? o->system : o->default_system;
+        if (o->format == CHAT_FORMAT_SMOLLM3)
+            smollm3_system(&b, o, &think);
+        else if (sys) {
+            sb_str(&b, "<|im_start|>system\n");
+            sb_str(&b, sys);
+            sb_str(&b, "<|im_end|>\n");
+        }
+        sb_str(&b, "<|im_start|>user\n");
+        sb_str(&b, user ? user : "");
+        sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
+        if (o->format == CHAT_FORMAT_SMOLLM3 && !think)
+            sb_str(&b, "<think>\n\n</think>\n");
     }
-    sb_str(&b, "<|im_start|>user\n");
-    sb_str(&b, user ? user : "");
-    sb_str(&b, "<|im_end|>\n<|im_start|>assistant\n");
-    if (o->format == CHAT_FORMAT_SMOLLM3 && !think)
-        sb_str(&b, "<think>\n\n</think>\n");
     if (b.oom || !b.p) {
         free(b.p);
         if (err && errlen)

@@ -1,7 +1,14 @@
 /*
  * chat.h — the chat prompt of thin-run's --chat mode: one optional system message and one user
  * message rendered as SmolLM3's chat template does (HuggingFaceTB/SmolLM3-3B, tokenizer_config.json
- * chat_template), or as plain ChatML for other <|im_start|> templates.
+ * chat_template), as ChatML for other <|im_start|> templates (with Qwen2.5's default system
+ * message when its template has one), or as Llama 3's header format:
+ *   Llama 3.0: "<|begin_of_text|>" [+ "<|start_header_id|>system<|end_header_id|>\n\n" + system +
+ *   "<|eot_id|>"] + "<|start_header_id|>user<|end_header_id|>\n\n" + user + "<|eot_id|>" +
+ *   "<|start_header_id|>assistant<|end_header_id|>\n\n" (messages trimmed, as |trim does);
+ *   Llama 3.1 and later: the system block always, "Cutting Knowledge Date: December 2023\nToday
+ *   Date: " + date + "\n\n" + system, the date the template's fixed one ("26 Jul 2024") or, where
+ *   it calls strftime_now, today's as "%d %b %Y".
  *
  * SmolLM3 rendering, for one turn with add_generation_prompt:
  *   "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: DD Month YYYY\n"
@@ -27,6 +34,8 @@ typedef enum chat_format {
     CHAT_FORMAT_NONE = 0,    /* no known chat template: --chat cannot be used */
     CHAT_FORMAT_CHATML = 1,  /* <|im_start|>role\n...<|im_end|>\n */
     CHAT_FORMAT_SMOLLM3 = 2, /* ChatML with SmolLM3's metadata system block and think tags */
+    CHAT_FORMAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    CHAT_FORMAT_LLAMA31 = 4, /* the same with Llama 3.1's dated system block */
 } chat_format;
 
 typedef enum chat_think {
@@ -39,11 +48,17 @@ typedef struct chat_opts {
     chat_format format;
     const char *system;  /* system message, or NULL */
     chat_think think;    /* SmolLM3 reasoning mode */
-    const char *today;   /* "DD Month YYYY" for SmolLM3's "Today Date"; NULL = the local date */
+    const char *today;   /* the date text of SmolLM3's or Llama 3.1's "Today Date"; NULL = the
+                            template's fixed date, else the local date in its format */
+    const char *default_system; /* the template's system message when none is given, or NULL */
+    const char *fixed_date;     /* Llama 3.1's fixed "Today Date", or NULL (the local date) */
 } chat_opts;
 
 /* Picks the format from a chat template's text (NULL gives CHAT_FORMAT_NONE). */
 chat_format chat_detect(const char *chat_template);
+
+/* Sets o's format, default_system and fixed_date from a chat template's text. */
+void chat_from_template(const char *chat_template, chat_opts *o);
 
 /* Renders the prompt for one user message into a malloc'd, NUL-terminated string (*out, *len),
  * ready to encode with special-token parsing on and no extra BOS. Returns 0, or -1 with a message
@@ -51,7 +66,7 @@ chat_format chat_detect(const char *chat_template);
 int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, char *err,
                 size_t errlen);
 
-/* The text of the token that ends an assistant turn ("<|im_end|>"). */
+/* The text of the token that ends an assistant turn ("<|im_end|>", "<|eot_id|>"). */
 const char *chat_stop_text(chat_format format);
 
 #ifdef __cplusplus
