@@ -129,6 +129,15 @@ static void today_text(char *buf, size_t cap, int short_month)
              tm.tm_year + 1900);
 }
 
+/* The "Today Date" text: the caller's, else the template's fixed one, else today's. */
+static void date_text(const chat_opts *o, int short_month, char *buf, size_t cap)
+{
+    if (o->today || o->fixed_date)
+        snprintf(buf, cap, "%s", o->today ? o->today : o->fixed_date);
+    else
+        today_text(buf, cap, short_month);
+}
+
 /* s without leading and trailing whitespace, as Jinja's |trim, appended to b. */
 static void sb_trim(sbuf *b, const char *s)
 {
@@ -148,12 +157,7 @@ static void llama3_render(sbuf *b, const chat_opts *o, const char *user)
         sb_str(b, "<|start_header_id|>system<|end_header_id|>\n\n");
         if (o->format == CHAT_FORMAT_LLAMA31) {
             char date[64];
-            if (o->today)
-                snprintf(date, sizeof date, "%s", o->today);
-            else if (o->fixed_date)
-                snprintf(date, sizeof date, "%s", o->fixed_date);
-            else
-                today_text(date, sizeof date, 1);
+            date_text(o, 1, date, sizeof date);
             sb_str(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
             sb_str(b, date);
             sb_str(b, "\n\n");
@@ -197,10 +201,7 @@ static void smollm3_system(sbuf *b, const chat_opts *o, int *think)
         sb_str(b, "<|im_end|>\n");
         return;
     }
-    if (o->today)
-        snprintf(date, sizeof date, "%s", o->today);
-    else
-        today_text(date, sizeof date, 0);
+    date_text(o, 0, date, sizeof date);
     sb_str(b, "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: ");
     sb_str(b, date);
     sb_str(b, "\nReasoning Mode: ");
