@@ -47,6 +47,13 @@ expect 1 "$R" "$T/s.thin" --shards 3 --ids 1 -n 1
 grep -q "s.thin: cannot split over 3 devices: tape op .*: its rows (64) do not divide" "$T/err" || exit 1
 expect 2 "$R" "$T/s.thin" --shards 0
 expect 2 "$R" "$T/s.thin" --shards 2 --device cuda
+# a model packed without a tape: thin-run says what thin-pack said
+mkdir "$T/gelu"
+cp "$FIX/qwen2-tiny/model.safetensors" "$T/gelu/"
+sed 's/"hidden_act": "silu"/"hidden_act": "gelu"/' "$FIX/qwen2-tiny/config.json" > "$T/gelu/config.json"
+"$BIN/thin-pack" -q "$T/gelu" -o "$T/gelu.thin" 2> /dev/null || exit 1
+expect 1 "$R" "$T/gelu.thin" --device cpu --ids 1 -n 1
+grep -q 'gelu.thin: no execution tape: hidden_act is not "silu"' "$T/err" || exit 1
 # --device cuda either runs (a GPU build on a GPU) or says why not, with exit 1
 "$R" "$T/s.thin" --device cuda --ids 1 -n 1 > "$T/out" 2> "$T/err"; got=$?
 if [ "$got" -ne 0 ]; then [ "$got" -eq 1 ] && grep -q "cuda" "$T/err" || exit 1; fi

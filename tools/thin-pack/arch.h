@@ -22,7 +22,7 @@ typedef void (*arch_warn_fn)(void *user, const char *msg);
 
 typedef struct arch_model {
     const char *architecture; /* config architectures[0] (owned by the config), or "unknown" */
-    const char *family;       /* llama | smollm3 | qwen2 | qwen3 | mistral | unknown */
+    const char *family;       /* llama | smollm3 | qwen2 | qwen3 | mistral | phi3 | unknown */
     json_t *hparams;          /* SPEC §8 hparams object, or NULL when the config lacks them */
     json_t *tape;             /* SPEC §10 tape object, or NULL (unsupported; a warning said why) */
     int tie_lm_head;          /* 1: the file must record lm_head.weight tied to the embedding */

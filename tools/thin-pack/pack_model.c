@@ -43,10 +43,12 @@ static int lookup(void *user, const char *name, uint32_t *rank, uint64_t shape[T
     return 1;
 }
 
+/* Prints a warning of arch_build and keeps the last one in user (char[256]): when no tape is
+ * written, it says why. */
 static void on_warn(void *user, const char *msg)
 {
     cli_warn("%s", msg);
-    (void)user;
+    snprintf((char *)user, 256, "%s", msg);
 }
 
 static int parse_side(const pack *p, int i, json_t **out)
@@ -184,14 +186,14 @@ static int set_section(pack *p, const char *key, json_t *v)
 static int model_section(pack *p, json_t **model, json_t **tape, int *tie)
 {
     json_t *config, *gen;
-    char hex[65];
+    char hex[65], why[256] = "";
     arch_model am = {.architecture = "unknown", .family = "unknown"};
     *tie = 0;
     if (parse_side(p, 0, &config) || parse_side(p, 1, &gen))
         return -1;
     if (!config)
         cli_warn("no config.json: packed without hyperparameters or execution tape");
-    else if (arch_build(config, lookup, p, on_warn, NULL, &am))
+    else if (arch_build(config, lookup, p, on_warn, why, &am))
         return pack_fail("out of memory");
     hash_rest(p, hex);
     *model = json_pack("{ss ss so}", "architecture", am.architecture, "family", am.family,
@@ -202,6 +204,9 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie)
         json_object_set(*model, "config", config);
     if (*model && gen)
         json_object_set(*model, "generation", gen);
+    if (*model && !am.tape)
+        json_object_set_new(*model, "no_tape",
+                            json_string(!config ? "no config.json" : *why ? why : "no tape"));
     *tape = am.tape ? json_incref(am.tape) : NULL;
     *tie = am.tie_lm_head;
     arch_model_free(&am);

@@ -508,6 +508,13 @@ static thin_status build(builder *b) {
     thin_status st;
     json_t *model = load_section(b, "model", &st);
     if (!model) return st;
+    const char *why = json_string_value(json_object_get(model, "no_tape")), *text;
+    if (why && (st = thin_file_section(b->f, "tape", &text)) != THIN_OK) {
+        /* what thin-pack said when it wrote none */
+        fail(b, st, "%s%s", strncmp(why, "no execution tape", 17) ? "no execution tape: " : "", why);
+        json_decref(model);
+        return st;
+    }
     b->hparams = json_object_get(model, "hparams");
     st = json_is_object(b->hparams) ? read_hparams(b)
                                     : fail(b, THIN_E_BAD_MANIFEST, "model: no hparams object");
