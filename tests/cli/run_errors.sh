@@ -54,6 +54,7 @@ sed 's/"hidden_act": "silu"/"hidden_act": "gelu"/' "$FIX/qwen2-tiny/config.json"
 "$BIN/thin-pack" -q "$T/gelu" -o "$T/gelu.thin" 2> /dev/null || exit 1
 expect 1 "$R" "$T/gelu.thin" --device cpu --ids 1 -n 1
 grep -q 'gelu.thin: no execution tape: hidden_act is not "silu"' "$T/err" || exit 1
+"$BIN/thin-inspect" "$T/gelu.thin" | grep -q '^tape: none (no execution tape: hidden_act is not "silu")$' || exit 1
 # --device cuda either runs (a GPU build on a GPU) or says why not, with exit 1
 "$R" "$T/s.thin" --device cuda --ids 1 -n 1 > "$T/out" 2> "$T/err"; got=$?
 if [ "$got" -ne 0 ]; then [ "$got" -eq 1 ] && grep -q "cuda" "$T/err" || exit 1; fi

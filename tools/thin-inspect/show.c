@@ -125,9 +125,13 @@ static void print_model(FILE *out, const json_t *m)
         fprintf(out, "  source %s, source sha256 %s\n", str(prov, "source", "?"),
                 str(prov, "source_digest", "?"));
     fprintf(out, "tokenizer: %s\n", tok ? str(tok, "format", "?") : "none");
-    fprintf(out, "tape: %s", tape ? "" : "none\n");
-    if (tape)
-        fprintf(out, "%zu ops, %zu buffers\n", json_array_size(json_object_get(tape, "ops")),
+    const char *why = json_string_value(json_object_get(model, "no_tape"));
+    if (!tape && why)
+        fprintf(out, "tape: none (%s)\n", why);
+    else if (!tape)
+        fprintf(out, "tape: none\n");
+    else
+        fprintf(out, "tape: %zu ops, %zu buffers\n", json_array_size(json_object_get(tape, "ops")),
                 json_object_size(json_object_get(tape, "buffers")));
     if (q) {
         char *qs = json_dumps(q, JSON_COMPACT);
