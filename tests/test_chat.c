@@ -17,7 +17,7 @@
 
 static char *render(chat_format f, const char *sys, chat_think think, const char *user)
 {
-    chat_opts o = {f, sys, think, "16 August 2026", NULL, NULL};
+    chat_opts o = {f, sys, think, "16 August 2026", NULL, NULL, 0, 0};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, user, &out, &len, err, sizeof err), 0);
@@ -80,7 +80,7 @@ static void test_chat_chatml_and_detect(void **state)
     assert_int_equal(chat_detect("\"<|im_start|>system\\n\" \"Knowledge Cutoff Date: June 2025\\n\" "
                                  "\"Reasoning Mode: \""), CHAT_FORMAT_SMOLLM3);
     assert_string_equal(chat_stop_text(CHAT_FORMAT_SMOLLM3), "<|im_end|>");
-    chat_opts o = {CHAT_FORMAT_NONE, NULL, CHAT_THINK_DEFAULT, NULL, NULL, NULL};
+    chat_opts o = {CHAT_FORMAT_NONE, NULL, CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, "x", &out, &len, err, sizeof err), -1);
@@ -94,7 +94,7 @@ static void test_chat_chatml_and_detect(void **state)
 /* Renders with the options a template gives (today: the date text, or NULL). */
 static char *render_tpl(const char *tpl, const char *sys, const char *today, const char *user)
 {
-    chat_opts o = {CHAT_FORMAT_NONE, sys, CHAT_THINK_DEFAULT, today, NULL, NULL};
+    chat_opts o = {CHAT_FORMAT_NONE, sys, CHAT_THINK_DEFAULT, today, NULL, NULL, 0, 0};
     chat_from_template(tpl, &o);
     char *out, err[128];
     size_t len;
@@ -172,6 +172,39 @@ static void test_chat_qwen25_default_system(void **state)
     free(s);
 }
 
+/* Pieces of Mistral's templates: v0.1's (no system role) and v0.3's (a system_message before the
+ * last user message, no space before [/INST]). */
+static const char tpl_mistral01[] =
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif "
+    "message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ "
+    "raise_exception('Only user and assistant roles are supported!') }}{% endif %}";
+static const char tpl_mistral03[] =
+    "{%- if loop.last and system_message is defined %}{{- \"[INST] \" + system_message + "
+    "\"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}{%- else %}{{- \"[INST] \" + "
+    "message[\"content\"] + \"[/INST]\" }}";
+
+static void test_chat_mistral(void **state)
+{
+    (void)state;
+    assert_int_equal(chat_detect(tpl_mistral01), CHAT_FORMAT_MISTRAL);
+    assert_string_equal(chat_stop_text(CHAT_FORMAT_MISTRAL), "</s>");
+    char *s = render_tpl(tpl_mistral01, NULL, NULL, "Hi");
+    assert_string_equal(s, "<s>[INST] Hi [/INST]");
+    free(s);
+    s = render_tpl(tpl_mistral03, NULL, NULL, "Hi");
+    assert_string_equal(s, "<s>[INST] Hi[/INST]");
+    free(s);
+    s = render_tpl(tpl_mistral03, "Be brief.", NULL, "Hi");
+    assert_string_equal(s, "<s>[INST] Be brief.\n\nHi[/INST]");
+    free(s);
+    chat_opts o = {CHAT_FORMAT_NONE, "S", CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
+    chat_from_template(tpl_mistral01, &o);
+    char *out, err[128];
+    size_t len;
+    assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no system message"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_chat_chatml_and_detect),
         cmocka_unit_test(test_chat_llama3),
         cmocka_unit_test(test_chat_qwen25_default_system),
+        cmocka_unit_test(test_chat_mistral),
     };
     return cmocka_run_group_tests_name("chat", tests, NULL, NULL);
 }

@@ -33,6 +33,8 @@ static const char qwen25_system[] = "You are Qwen, created by Alibaba Cloud. You
 
 chat_format chat_detect(const char *tpl)
 {
+    if (tpl && strstr(tpl, "[INST]") && strstr(tpl, "[/INST]"))
+        return CHAT_FORMAT_MISTRAL;
     if (tpl && strstr(tpl, "<|start_header_id|>") && strstr(tpl, "<|eot_id|>"))
         return strstr(tpl, "Cutting Knowledge Date") ? CHAT_FORMAT_LLAMA31 : CHAT_FORMAT_LLAMA3;
     if (!tpl || !strstr(tpl, "<|im_start|>"))
@@ -51,6 +53,8 @@ void chat_from_template(const char *tpl, chat_opts *o)
                             strstr(tpl, "26 Jul 2024")
                         ? "26 Jul 2024"
                         : NULL;
+    o->inst_space = o->format == CHAT_FORMAT_MISTRAL && strstr(tpl, " [/INST]") != NULL;
+    o->takes_system = o->format == CHAT_FORMAT_MISTRAL && strstr(tpl, "system_message") != NULL;
 }
 
 const char *chat_stop_text(chat_format format)
@@ -60,6 +64,7 @@ const char *chat_stop_text(chat_format format)
     case CHAT_FORMAT_SMOLLM3: return "<|im_end|>";
     case CHAT_FORMAT_LLAMA3:
     case CHAT_FORMAT_LLAMA31: return "<|eot_id|>";
+    case CHAT_FORMAT_MISTRAL: return "</s>";
     default: return NULL;
     }
 }
@@ -223,12 +228,26 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
     int think = 0;
     *out = NULL;
     *len = 0;
-    if (o->format < CHAT_FORMAT_CHATML || o->format > CHAT_FORMAT_LLAMA31) {
+    if (o->format < CHAT_FORMAT_CHATML || o->format > CHAT_FORMAT_MISTRAL) {
         if (err && errlen)
-            snprintf(err, errlen, "no supported chat template (need SmolLM3, ChatML or Llama 3)");
+            snprintf(err, errlen,
+                     "no supported chat template (need SmolLM3, ChatML, Llama 3 or Mistral)");
         return -1;
     }
-    if (o->format == CHAT_FORMAT_LLAMA3 || o->format == CHAT_FORMAT_LLAMA31) {
+    if (o->format == CHAT_FORMAT_MISTRAL && o->system && !o->takes_system) {
+        if (err && errlen)
+            snprintf(err, errlen, "this chat template takes no system message");
+        return -1;
+    }
+    if (o->format == CHAT_FORMAT_MISTRAL) {
+        sb_str(&b, "<s>[INST] ");
+        if (o->system) {
+            sb_str(&b, o->system);
+            sb_str(&b, "\n\n");
+        }
+        sb_str(&b, user ? user : "");
+        sb_str(&b, o->inst_space ? " [/INST]" : "[/INST]");
+    } else if (o->format == CHAT_FORMAT_LLAMA3 || o->format == CHAT_FORMAT_LLAMA31) {
         llama3_render(&b, o, user);
     } else {
         const char *sys = o->system ? o->system : o->default_system;

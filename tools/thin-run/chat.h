@@ -8,7 +8,10 @@
  *   "<|start_header_id|>assistant<|end_header_id|>\n\n" (messages trimmed, as |trim does);
  *   Llama 3.1 and later: the system block always, "Cutting Knowledge Date: December 2023\nToday
  *   Date: " + date + "\n\n" + system, the date the template's fixed one ("26 Jul 2024") or, where
- *   it calls strftime_now, today's as "%d %b %Y".
+ *   it calls strftime_now, today's as "%d %b %Y";
+ * or as Mistral's [INST] format: "<s>[INST] " + user + " [/INST]" (" [/INST]" without its space
+ * where the template writes "[/INST]" alone, as v0.3's does); a system message goes before the
+ * user's, + "\n\n", where the template has a system_message, and is refused where it has none.
  *
  * SmolLM3 rendering, for one turn with add_generation_prompt:
  *   "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: DD Month YYYY\n"
@@ -36,6 +39,7 @@ typedef enum chat_format {
     CHAT_FORMAT_SMOLLM3 = 2, /* ChatML with SmolLM3's metadata system block and think tags */
     CHAT_FORMAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     CHAT_FORMAT_LLAMA31 = 4, /* the same with Llama 3.1's dated system block */
+    CHAT_FORMAT_MISTRAL = 5, /* <s>[INST] user [/INST] */
 } chat_format;
 
 typedef enum chat_think {
@@ -52,6 +56,8 @@ typedef struct chat_opts {
                             template's fixed date, else the local date in its format */
     const char *default_system; /* the template's system message when none is given, or NULL */
     const char *fixed_date;     /* Llama 3.1's fixed "Today Date", or NULL (the local date) */
+    int inst_space;             /* Mistral: " [/INST]" (1) or "[/INST]" (0) */
+    int takes_system;           /* Mistral: the template places a system message */
 } chat_opts;
 
 /* Picks the format from a chat template's text (NULL gives CHAT_FORMAT_NONE). */

@@ -328,7 +328,7 @@ static int chat_prompt_ids(run *r, int32_t **ids, size_t *n) {
     const options *o = r->o;
     char err[512];
     if (!r->tk) return cli_error("%s carries no tokenizer: --chat needs one", o->model), CLI_EXIT_DATA;
-    chat_opts co = {CHAT_FORMAT_NONE, o->system, CHAT_THINK_DEFAULT, NULL, NULL, NULL};
+    chat_opts co = {CHAT_FORMAT_NONE, o->system, CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
     chat_from_template(tok_chat_template(r->tk), &co);
     if (co.format == CHAT_FORMAT_NONE)
         return cli_error("%s: the tokenizer has no supported chat template", o->model), CLI_EXIT_DATA;
