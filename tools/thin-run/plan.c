@@ -486,15 +486,19 @@ static thin_status pick_kv_dtype(builder *b, thin_dtype want) {
     return THIN_OK;
 }
 
-static json_t *load_section(builder *b, const char *key, thin_status *st) {
+/* Section `key` as a JSON object. A missing tape is reported with why_no_tape, the reason
+ * thin-pack recorded when it wrote none (the model section's no_tape), where there is one. */
+static json_t *load_section(builder *b, const char *key, const char *why_no_tape, thin_status *st) {
     const char *text;
     json_error_t e;
     *st = thin_file_section(b->f, key, &text);
-    if (*st != THIN_OK) {
+    if (*st != THIN_OK && why_no_tape)
+        fail(b, *st, "%s%s", strncmp(why_no_tape, "no execution tape", 17) ? "no execution tape: " : "",
+             why_no_tape);
+    else if (*st != THIN_OK)
         fail(b, *st, "the file has no '%s' section%s", key,
              strcmp(key, "tape") == 0 ? " (no execution tape: architecture not supported)" : "");
-        return NULL;
-    }
+    if (*st != THIN_OK) return NULL;
     json_t *j = json_loads(text, 0, &e);
     if (!json_is_object(j)) {
         json_decref(j);
@@ -506,20 +510,20 @@ static json_t *load_section(builder *b, const char *key, thin_status *st) {
 
 static thin_status build(builder *b) {
     thin_status st;
-    json_t *model = load_section(b, "model", &st);
+    json_t *model = load_section(b, "model", NULL, &st);
     if (!model) return st;
-    const char *why = json_string_value(json_object_get(model, "no_tape")), *text;
-    if (why && (st = thin_file_section(b->f, "tape", &text)) != THIN_OK) {
-        /* what thin-pack said when it wrote none */
-        fail(b, st, "%s%s", strncmp(why, "no execution tape", 17) ? "no execution tape: " : "", why);
+    /* a file thin-pack wrote without a tape says why before anything else */
+    const char *why = json_string_value(json_object_get(model, "no_tape"));
+    json_t *tape = why ? load_section(b, "tape", why, &st) : NULL;
+    if (why && !tape) {
         json_decref(model);
         return st;
     }
     b->hparams = json_object_get(model, "hparams");
     st = json_is_object(b->hparams) ? read_hparams(b)
                                     : fail(b, THIN_E_BAD_MANIFEST, "model: no hparams object");
-    json_t *tape = st == THIN_OK ? load_section(b, "tape", &st) : NULL;
-    if (tape) st = compile_tape(b, tape);
+    if (st == THIN_OK && !tape) tape = load_section(b, "tape", NULL, &st);
+    if (tape && st == THIN_OK) st = compile_tape(b, tape);
     json_decref(tape);
     json_decref(model);
     b->hparams = NULL;
