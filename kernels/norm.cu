@@ -67,6 +67,13 @@ cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t 
     return launch_k(head_rmsnorm_kernel, dim3(grid), dim3(128), 0, st, x, ldx, w->data, w->dtype, n_heads, head_dim, eps);
 }
 
+/* The grid of the elementwise kernels below: blocks of 256 threads along the columns, at most 64
+ * (each thread strides over the rest), and one row of the batch per grid row. */
+static dim3 rows_grid(uint32_t cols, uint32_t n) {
+    const uint32_t bx = (cols + 255) / 256;
+    return dim3(bx < 64 ? bx : 64, n);
+}
+
 __global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols) {
     pdl_trigger();
     pdl_wait();
@@ -77,8 +84,7 @@ __global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t l
 
 cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
                        uint32_t n, cudaStream_t st) {
-    uint32_t bx = (cols + 255) / 256;
-    dim3 grid(bx < 64 ? bx : 64, n);
+    const dim3 grid = rows_grid(cols, n);
     return launch_k(add_kernel, dim3(grid), dim3(256), 0, st, out, ldo, in, ldi, cols);
 }
 
@@ -91,8 +97,7 @@ __global__ void bias_kernel(float *out, uint32_t ldo, const void *b, int bdt, ui
 }
 
 cudaError_t launch_bias(float *out, uint32_t ldo, const dmat *b, uint32_t cols, uint32_t n, cudaStream_t st) {
-    uint32_t bx = (cols + 255) / 256;
-    dim3 grid(bx < 64 ? bx : 64, n);
+    const dim3 grid = rows_grid(cols, n);
     return launch_k(bias_kernel, dim3(grid), dim3(256), 0, st, out, ldo, b->data, b->dtype, cols);
 }
 
@@ -110,7 +115,6 @@ __global__ void silu_mul_kernel(float *g, uint32_t ldg, const float *u, uint32_t
 
 cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
                             uint32_t n, cudaStream_t st) {
-    uint32_t bx = (cols + 255) / 256;
-    dim3 grid(bx < 64 ? bx : 64, n);
+    const dim3 grid = rows_grid(cols, n);
     return launch_k(silu_mul_kernel, dim3(grid), dim3(256), 0, st, g, ldg, u, ldu, cols);
 }
