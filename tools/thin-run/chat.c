@@ -101,7 +101,14 @@ static void sb_str(sbuf *b, const char *s)
     sb_add(b, s, strlen(s));
 }
 
-/* Python's str.replace(word, "") then str.rstrip() (ASCII whitespace and \x1c-\x1f). */
+/* Whitespace as Python's str.strip() and str.rstrip() take it for ASCII text (which Jinja's |trim
+ * calls): \t \n \v \f \r, space and \x1c-\x1f. */
+static int py_space(char c)
+{
+    return (c >= 0x09 && c <= 0x0D) || c == ' ' || (c >= 0x1C && c <= 0x1F);
+}
+
+/* Python's str.replace(word, "") then str.rstrip(). */
 static char *remove_and_rstrip(const char *s, const char *const *words, size_t n_words)
 {
     char *out = strdup(s);
@@ -114,8 +121,7 @@ static char *remove_and_rstrip(const char *s, const char *const *words, size_t n
             memmove(p, p + wl, strlen(p + wl) + 1);
     }
     size_t n = strlen(out);
-    while (n && ((out[n - 1] >= 0x09 && out[n - 1] <= 0x0D) || out[n - 1] == ' ' ||
-                 (out[n - 1] >= 0x1C && out[n - 1] <= 0x1F)))
+    while (n && py_space(out[n - 1]))
         out[--n] = 0;
     return out;
 }
@@ -147,9 +153,9 @@ static void date_text(const chat_opts *o, int short_month, char *buf, size_t cap
 static void sb_trim(sbuf *b, const char *s)
 {
     size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || (s[n - 1] >= 0x09 && s[n - 1] <= 0x0D)))
+    while (n && py_space(s[n - 1]))
         n--;
-    while (n && (*s == ' ' || (*s >= 0x09 && *s <= 0x0D)))
+    while (n && py_space(*s))
         s++, n--;
     sb_add(b, s, n);
 }
