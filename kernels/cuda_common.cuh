@@ -514,10 +514,20 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */
 cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                         float *resid, uint32_t ldr, uint32_t n, int n_sm, cudaStream_t st);
+/* The same for nseg (1..3) weights of one dtype, layout and column count applied to the same x,
+ * each into its own out[k] (ldo[k]), in one launch (resid only with one); cudaErrorInvalidValue
+ * when they differ. */
+cudaError_t launch_gemm_segs(const dmat *const *w, float *const *out, const uint32_t *ldo, int nseg,
+                             const float *x, uint32_t ldx, float *resid, uint32_t ldr, uint32_t n, int n_sm,
+                             cudaStream_t st);
 /* thin_cuda_gemm_t = 1 (env THIN_CUDA_GEMM_T=1): gemm.cu's kernel reads the MLP kernel's transposed
  * down projections as stored in a prefill; else they are transposed back into a scratch first
  * (the default until the direct form has been timed and checked on the GPU). */
 extern int thin_cuda_gemm_t;
+/* thin_cuda_gemm_sub (env THIN_CUDA_GEMM_SUB=1, 2 or 4, default 4): 32-column sub-stages in each
+ * pipeline stage of gemm.cu's kernel for tiles of up to 64 tokens (capped by what fits and by the
+ * row), so that each weight row is read in runs of 32·SUB columns. */
+extern int thin_cuda_gemm_sub;
 /* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
  * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as stored.
  * gemm_lt_start loads the library (once per process), creates the handle and workspace and runs

@@ -80,9 +80,13 @@ static int linear_row(cuda_session *s, const step *st, uint32_t r, int fuse) {
 /* A prefill linear over n rows: cuBLASLt where it takes the shape (by default only from
  * LT_AUTO_ROWS rows), else gemm.cu's kernel (a transposed weight as stored with thin_cuda_gemm_t,
  * else the caller transposes it back for it). 1: not taken by either here. */
+static int use_lt(const cuda_session *s, uint32_t n) {
+    return s->lt && (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT || n >= LT_AUTO_ROWS);
+}
+
 static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, float *out, uint32_t ldo,
                 float *resid, uint32_t ldr, uint32_t n) {
-    if (s->lt && (thin_cuda_gemm_lt == THIN_CUDA_GEMM_LT || n >= LT_AUTO_ROWS)) {
+    if (use_lt(s, n)) {
         const cudaError_t e = launch_gemm_lt(s->lt, w, x, ldx, out, ldo, resid, ldr, n, s->st);
         if (e == cudaSuccess) return 0;
         if (e == cudaErrorUnknown) return cuda_failf(s, "cuBLASLt: %s", gemm_lt_status(s->lt));
@@ -95,6 +99,15 @@ static int gemm(cuda_session *s, const dmat *w, const float *x, uint32_t ldx, fl
 
 static int gemmable(const dmat *w) {
     return w->dtype == THIN_DTYPE_BF16 || w->dtype == THIN_DTYPE_F8_E4M3;
+}
+
+/* The SiLU gate after a gate/up pair's products over n rows (nothing for other groups). */
+static int silu_pair(cuda_session *s, const step *st, uint32_t n) {
+    if (!st->pair) return 0;
+    const plan *p = s->p;
+    int g = p->ops[st->lin[0]].out, u = p->ops[st->lin[1]].out;
+    CK(s, launch_silu_mul(s->buf[g], ld_of(s, g), s->buf[u], ld_of(s, u), s->w[s->op_w[st->lin[0]]].rows, n, s->st));
+    return 0;
 }
 
 /* A linear group over rows [0, n): GEMMs when the weights allow, else matvec row by row. */
@@ -115,6 +128,24 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
         CK(s, launch_rmsnorm(s->buf[nm->out], ld_of(s, nm->out), s->buf[nm->in], ld_of(s, nm->in), nw,
                              nw->rows * nw->cols, nm->eps, n, s->st));
     }
+    if (st->nseg > 1 && st->add_op < 0 && !use_lt(s, n)) { /* one launch for the group */
+        const dmat *ws[3];
+        float *outs[3];
+        uint32_t lds[3];
+        int ok = st->nseg <= 3;
+        for (int k = 0; ok && k < st->nseg; k++) {
+            const plan_op *o = &p->ops[st->lin[k]];
+            ws[k] = &s->w[s->op_w[st->lin[k]]];
+            outs[k] = s->buf[o->out];
+            lds[k] = ld_of(s, o->out);
+            ok = gemmable(ws[k]) && !ws[k]->trans && ws[k]->dtype == ws[0]->dtype && ws[k]->cols == ws[0]->cols &&
+                 ws[k]->pitch == ws[0]->pitch;
+        }
+        if (ok) {
+            CK(s, launch_gemm_segs(ws, outs, lds, st->nseg, s->buf[in], ld_of(s, in), NULL, 0, n, s->n_sm, s->st));
+            return silu_pair(s, st, n);
+        }
+    }
     for (int k = 0; k < st->nseg; k++) {
         const plan_op *o = &p->ops[st->lin[k]];
         float *resid = NULL;
@@ -127,12 +158,7 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
                  resid, ldr, n))
             return -1;
     }
-    if (st->pair) {
-        int g = p->ops[st->lin[0]].out, u = p->ops[st->lin[1]].out;
-        CK(s, launch_silu_mul(s->buf[g], ld_of(s, g), s->buf[u], ld_of(s, u),
-                              s->w[s->op_w[st->lin[0]]].rows, n, s->st));
-    }
-    return 0;
+    return silu_pair(s, st, n);
 }
 
 void qao_args_of(const cuda_session *s, const step *st, qao_args *q) {
