@@ -1,20 +1,23 @@
 /*
  * thin-bench-prefill — a prompt's prefill timed several times in one CUDA session, so that the
- * first run (which pays one-time costs: the decode graph's capture, and with THIN_CUDA_GEMM=lt
+ * first run (which pays one-time costs: the kernels' first launches, and with THIN_CUDA_GEMM=lt
  * cuBLASLt's first calls) can be told from the runs after it.
  *
  *   thin-bench-prefill MODEL.thin [LEN [REPEAT]]      (make bench builds it with the CUDA backend)
  *
  * The prompt is the ids 1..LEN (default 512). It prints a JSON line with the seconds the session
  * took to create (weights to the device, kernels set up, warm-up), then each of REPEAT runs
- * (default 4) does what thin-run's prefill does, the first LEN - 1 ids as one batch from position
- * 0 and the last as one decode step with its argmax, and prints one JSON line: the run, seconds,
- * prompt tokens per second and the argmax id (the same in every run). The KV cache is rewritten from position 0 each time.
- * Environment variables of the backend (THIN_CUDA_*) apply. The file is not verified.
+ * (default 4) does what thin-run's prefill does, all LEN ids as one batch from position 0 with the
+ * last row's argmax (cuda_session_prefill; with THIN_BENCH_SPLIT=1 the earlier form: the first
+ * LEN - 1 ids as one batch and the last as one decode step), and prints one JSON line: the run,
+ * seconds, prompt tokens per second and the argmax id (the same in every run). The KV cache is
+ * rewritten from position 0 each time. Environment variables of the backend (THIN_CUDA_*) apply.
+ * The file is not verified.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../tools/thin-run/backend.h"
@@ -75,6 +78,8 @@ int main(int argc, char **argv) {
                 (unsigned)p.hp.max_pos);
         goto out;
     }
+    const char *sp = getenv("THIN_BENCH_SPLIT");
+    const int split = sp && strcmp(sp, "1") == 0;
     const double c0 = now_s();
     if (cuda_session_create(&s, &p, (uint32_t)len, err, sizeof err)) {
         fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], err);
@@ -84,8 +89,9 @@ int main(int argc, char **argv) {
     for (long r = 0; r < repeat; r++) {
         int32_t next = -1;
         const double t0 = now_s();
-        if (cuda_session_forward(s, ids, (uint32_t)len - 1, 0, NULL, NULL) ||
-            cuda_session_forward(s, ids + len - 1, 1, (uint32_t)len - 1, NULL, &next)) {
+        if (split ? cuda_session_forward(s, ids, (uint32_t)len - 1, 0, NULL, NULL) ||
+                        cuda_session_forward(s, ids + len - 1, 1, (uint32_t)len - 1, NULL, &next)
+                  : cuda_session_prefill(s, ids, (uint32_t)len, 0, NULL, &next)) {
             fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
             goto out;
         }

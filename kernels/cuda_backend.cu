@@ -187,7 +187,7 @@ static int alloc_state(cuda_session *s) {
 }
 
 /* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
- * launch errors early; then the caches it touched are cleared. */
+ * launch errors early; then the caches it touched are cleared and the decode graphs captured. */
 static int warm_up(cuda_session *s) {
     /* each attention form the decode can reach, at position 0 */
     const int first = s->attn_short ? 1 : 0, last = first && !two_decode_forms(s) ? 1 : 0;
@@ -203,7 +203,7 @@ static int warm_up(cuda_session *s) {
         CK(s, cudaMemset(s->op_kc[i], 0, bytes));
         CK(s, cudaMemset(s->op_vc[i], 0, bytes));
     }
-    return 0;
+    return exec_capture_decode(s);
 }
 
 static int check_plan(cuda_session *s, uint32_t max_ctx) {
@@ -468,9 +468,10 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     return prof_decode(s, 1e3 * ms, wall);
 }
 
-/* One chunk of at most max_batch rows starting at position pos. */
+/* One chunk of at most max_batch rows starting at position pos; last: logits and argmax of its last
+ * row only (several rows: the LM head runs for that row alone). */
 static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
-                         float *logits, int32_t *argmax) {
+                         float *logits, int32_t *argmax, int last) {
     const plan *p = s->p;
     const int lb = p->logits_buf;
     const uint32_t vocab = (uint32_t)p->buf_sizes[lb];
@@ -481,36 +482,55 @@ static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uin
         s->h_io[0] = (int32_t)pos;
         memcpy(s->h_io + 1, tokens, n * sizeof(int32_t));
         CK(s, cudaMemcpyAsync(s->d_io, s->h_io, (n + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
-        if (exec_steps(s, n, !logits && !argmax)) return -1;
+        if (exec_steps(s, n, last || (!logits && !argmax))) return -1;
         if (argmax) {
-            CK(s, launch_argmax(s->d_argmax, s->buf[lb], vocab, vocab, n, s->d_argpart, s->st));
-            CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
+            const uint32_t r0 = last ? n - 1 : 0;
+            CK(s, launch_argmax(s->d_argmax, s->buf[lb] + (size_t)r0 * vocab, vocab, vocab, n - r0, s->d_argpart,
+                                s->st));
+            CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, (n - r0) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  s->st));
         }
     }
+    const uint32_t r0 = last ? n - 1 : 0; /* first row copied out */
     if (logits)
-        CK(s, cudaMemcpyAsync(logits, s->buf[lb], (size_t)n * vocab * sizeof(float),
+        CK(s, cudaMemcpyAsync(logits, s->buf[lb] + (size_t)r0 * vocab, (size_t)(n - r0) * vocab * sizeof(float),
                               cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
-    if (argmax) memcpy(argmax, s->h_am, n * sizeof(int32_t));
+    if (argmax) memcpy(argmax, s->h_am, (n - r0) * sizeof(int32_t));
     s->last_row = n - 1;
+    return 0;
+}
+
+/* Checks a forward's positions and tokens. */
+static int check_run(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos) {
+    if (!tokens || n == 0 || pos > s->max_ctx || n > s->max_ctx - pos)
+        return cuda_failf(s, "positions %u..%u outside the context of %u", pos, pos + n, s->max_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->p->hp.vocab_size)
+            return cuda_failf(s, "token %d outside the vocabulary", tokens[i]);
     return 0;
 }
 
 extern "C" int cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
                                     float *logits, int32_t *argmax) {
-    if (!s) return -1;
-    const plan *p = s->p;
-    if (!tokens || n == 0 || pos > s->max_ctx || n > s->max_ctx - pos)
-        return cuda_failf(s, "positions %u..%u outside the context of %u", pos, pos + n, s->max_ctx);
-    for (uint32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= p->hp.vocab_size)
-            return cuda_failf(s, "token %d outside the vocabulary", tokens[i]);
-    const uint32_t vocab = (uint32_t)p->buf_sizes[p->logits_buf];
+    if (!s || check_run(s, tokens, n, pos)) return -1;
+    const uint32_t vocab = (uint32_t)s->p->buf_sizes[s->p->logits_buf];
     for (uint32_t c = 0; c < n; c += s->max_batch) {
         uint32_t k = n - c < s->max_batch ? n - c : s->max_batch;
         if (forward_chunk(s, tokens + c, k, pos + c, logits ? logits + (size_t)c * vocab : NULL,
-                          argmax ? argmax + c : NULL))
+                          argmax ? argmax + c : NULL, 0))
             return -1;
+    }
+    return 0;
+}
+
+extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+                                    float *logits, int32_t *argmax) {
+    if (!s || check_run(s, tokens, n, pos)) return -1;
+    for (uint32_t c = 0; c < n; c += s->max_batch) {
+        const uint32_t k = n - c < s->max_batch ? n - c : s->max_batch;
+        const int end = c + k == n;
+        if (forward_chunk(s, tokens + c, k, pos + c, end ? logits : NULL, end ? argmax : NULL, 1)) return -1;
     }
     return 0;
 }
@@ -755,7 +775,11 @@ static int ops_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t p
                        int32_t *argmax) {
     return cuda_session_forward((cuda_session *)sess, tokens, n, pos, logits, argmax);
 }
+static int ops_prefill(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
+                       int32_t *argmax) {
+    return cuda_session_prefill((cuda_session *)sess, tokens, n, pos, logits, argmax);
+}
 static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
 static const char *ops_error(void *sess) { return cuda_session_error((const cuda_session *)sess); }
 
-extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1};
+extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1, ops_prefill};

@@ -378,6 +378,18 @@ static int capture(cuda_session *s) {
     return 0;
 }
 
+int exec_capture_decode(cuda_session *s) {
+    const int keep = s->short_now;
+    const int first = s->attn_short ? 1 : 0, last = first && !two_decode_forms(s) ? 1 : 0;
+    int rc = 0;
+    for (int k = first; rc == 0 && k >= last; k--) {
+        s->short_now = k;
+        if (!s->graph_ready[k]) rc = capture(s);
+    }
+    s->short_now = keep;
+    return rc;
+}
+
 int exec_decode_graph(cuda_session *s) {
     const int k = s->short_now ? 1 : 0;
     if (!s->graph_ready[k]) {

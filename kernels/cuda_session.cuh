@@ -199,6 +199,9 @@ int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n);
  * copies h_io[0..2) (position, token) to the device, runs the steps and the argmax, and copies
  * the argmax id to h_am[0]. */
 int exec_decode_graph(cuda_session *s);
+/* Captures the decode graph of every attention form the decode can reach, without running it (at
+ * creation, so that neither the first token nor the decode pays for the capture). */
+int exec_capture_decode(cuda_session *s);
 
 /* cuda_profile.cu (env THIN_CUDA_PROFILE=1). prof_init: allocates the profile when the variable
  * is set. prof_decode: after a decode token, runs the same step again eagerly (the same position

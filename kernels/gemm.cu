@@ -3,10 +3,15 @@
  *
  * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
  * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
- * so that the grid fills the SMs), walking the columns in 32-wide stages:
- *  - a 5-stage cp.async pipeline brings each stage's weights (raw BF16 or FP8 bytes, zero-filled
- *    past the last row) and activations (raw F32, zero-filled past n and cols) into shared memory;
- *    the weights of the first stages are requested before the PDL wait;
+ * so that the grid fills the SMs), walking the columns in stages of SUB × 32:
+ *  - a cp.async pipeline (5 stages for 128-token tiles, for smaller tiles as many as fit, up to 8)
+ *    brings each stage's weights (raw BF16 or FP8 bytes, zero-filled past the last row) and
+ *    activations (raw F32, zero-filled past n and cols) into shared memory; the weights of the
+ *    first stages are requested before the PDL wait;
+ *  - a stage reads SUB·32 contiguous columns of each of its rows (SUB 4 by default for tiles of
+ *    up to 32 tokens, 2 for 64, 1 for 128; env THIN_CUDA_GEMM_SUB caps it): a few tokens do too
+ *    little arithmetic per weight byte to hide many short scattered reads, and the memory serves
+ *    long runs of a row fastest; in shared memory the stage is SUB sub-stages of 32 columns;
  *  - one stage ahead of the math, the block rounds the F32 activations to BF16 (as before) and
  *    widens FP8 weights to BF16 (exact; the per-row scale is applied in the epilogue) into a
  *    double-buffered BF16 copy; BF16 weights are used from the cp.async stage as they are;
@@ -16,13 +21,17 @@
  *  - the epilogue stages the F32 tile in shared memory (rows contiguous, padded) and writes out
  *    (and resid +=) coalesced, bounds-checked on n and rows.
  * The grid runs the token tiles of one row tile next to each other, so that a weight tile comes
- * from DRAM about once and the (smaller) activations stay in L2.
- * When even the smallest sensible tiles leave most SMs idle (few rows or tokens), the columns are
- * split over a thread block cluster of 2..8 blocks (sm_90); the partial tiles are summed through
- * distributed shared memory, in rank order (deterministic), each rank writing a slice of tokens.
+ * from DRAM about once and the (smaller) activations stay in L2. One launch may cover up to three
+ * weights applied to the same activations (a q, k, v group, or gate and up), their row tiles one
+ * after the other along the grid.
+ * When the tiles would leave block slots idle (few rows or tokens), the columns are split over a
+ * thread block cluster of 2..8 blocks (sm_90), as many as spread the work best over the slots;
+ * the partial tiles are summed through distributed shared memory, in rank order (deterministic),
+ * each rank writing a slice of tokens.
  * A transposed weight (the MLP kernel's down projection, dmat.trans) is read as stored: its stage
- * holds 32 rows of the transpose (32 columns of the matrix) × 128 of its columns, and the
- * conversion pass writes it row-major into the BF16 copy (widening FP8), so the math is the same.
+ * holds 32 rows of the transpose (32 columns of the matrix, 256 contiguous bytes each for BF16) ×
+ * 128 of its columns, in rows padded by 16 bytes (FP8 widened into such rows), and ldmatrix.trans
+ * gives the weight fragments in the mma's own k order, the activations then read to match.
  * F32/F16 weights are not rounded: the backend runs them through the matvec per row instead.
  * CPU twin: op_matvec row by row.
  */

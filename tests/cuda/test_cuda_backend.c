@@ -296,6 +296,28 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
         check(s1 == a1, what, s1, a1);
     }
     free(ref1);
+    /* A prompt through cuda_session_prefill (every row batched, the LM head and argmax for the
+     * last row alone), at 16 rows (16-token GEMM tiles) and 40 (64-token tiles), then one decode
+     * step after it: against the CPU's teacher-forced logits of the same positions. */
+    for (int k = 0; k < 2; k++) {
+        const uint32_t np = k ? 40 : 16;
+        int32_t pa = -1, da = -1;
+        if (cuda_session_prefill(gpu2, toks, np, 0, got, &pa) ||
+            cuda_session_forward(gpu2, toks + np, 1, np, got + V, &da)) {
+            printf("FAIL  %s: prompt of %u through prefill: %s\n", label, np, cuda_session_error(gpu2));
+            failures++;
+            continue;
+        }
+        for (int j = 0; j < 2; j++) {
+            double rel, cc;
+            compare(got + (size_t)j * V, ref + (size_t)(np - 1 + j) * V, V, &rel, &cc);
+            snprintf(what, sizeof what, "%s prompt of %u through prefill, %s: max rel error", label, np,
+                     j ? "the next decode step" : "last row");
+            check(rel <= tol_prefill, what, rel, tol_prefill);
+        }
+        snprintf(what, sizeof what, "%s prompt of %u through prefill: argmax = argmax of its logits", label, np);
+        check(pa == (int32_t)op_argmax(got, V) && da == (int32_t)op_argmax(got + V, V), what, pa, (int32_t)op_argmax(got, V));
+    }
 done:
     free(ref);
     free(got);

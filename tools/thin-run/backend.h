@@ -19,6 +19,11 @@
  *          prefill). logits: n × vocab floats on the host, or NULL (then only the last row is
  *          kept on the device for cuda_session_sample). argmax: n ids (lowest index wins ties),
  *          or NULL.
+ *   int  cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+ *                             float *logits, int32_t *argmax);
+ *          the same for a prompt, whose last row alone gives logits (vocab floats, or NULL) and
+ *          argmax (one id, or NULL): every row runs in the batched form (tensor-core GEMMs,
+ *          activations rounded to BF16) and the LM head for the last row only.
  *   int  cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
  *                            float coin, int32_t *token);
  *          samples from the last row of logits left by forward, with the semantics of sampler.h
@@ -54,6 +59,11 @@ typedef struct backend_ops {
      * running them one at a time, bit for bit (1: one at a time; the CUDA prefill's GEMMs round
      * differently from its decode step, which scoring measures). */
     uint32_t score_batch;
+    /* Runs a prompt tokens[0..n) at positions pos..pos+n-1 and gives the last row's logits (vocab
+     * floats) and argmax (one id), each may be NULL; NULL when the backend has no such form (then
+     * forward runs the first n - 1 rows and the last one apart). */
+    int (*prefill)(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
+                   int32_t *argmax);
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */
@@ -73,6 +83,8 @@ int cuda_backend_available(void);
 int cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx, char *err,
                         size_t errlen);
 int cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
+                         float *logits, int32_t *argmax);
+int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
                          float *logits, int32_t *argmax);
 int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
                         float coin, int32_t *token);

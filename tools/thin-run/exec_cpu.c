@@ -323,4 +323,5 @@ static const char *be_error(void *sess) {
     return "positions past the context or a token id outside the vocabulary";
 }
 
-const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error, 2 * CPU_BATCH};
+/* no prefill form: a batch's rows are already those of one token at a time, bit for bit */
+const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error, 2 * CPU_BATCH, NULL};

@@ -442,8 +442,12 @@ static int is_bos(const run *r, int32_t id) {
 /* Runs the prompt; leaves the logits of its last position in g->logits (or the argmax). */
 static int prefill(run *r, const int32_t *prompt, size_t n, gen *g, int32_t *next) {
     double t0 = cli_now();
-    if (n > 1 && r->be->forward(r->sess, prompt, (uint32_t)n - 1, 0, NULL, NULL)) return -1;
-    if (r->be->forward(r->sess, prompt + n - 1, 1, (uint32_t)n - 1, g->logits, next)) return -1;
+    if (n > 1 && r->be->prefill) {
+        if (r->be->prefill(r->sess, prompt, (uint32_t)n, 0, g->logits, next)) return -1;
+    } else {
+        if (n > 1 && r->be->forward(r->sess, prompt, (uint32_t)n - 1, 0, NULL, NULL)) return -1;
+        if (r->be->forward(r->sess, prompt + n - 1, 1, (uint32_t)n - 1, g->logits, next)) return -1;
+    }
     g->prefill_s = cli_now() - t0;
     return 0;
 }
