@@ -3,18 +3,16 @@
  *
  * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
  * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
- * so that the grid fills the SMs), walking the columns in stages of SUB × 32:
- *  - a cp.async pipeline (5 stages for 128-token tiles, for smaller tiles as many as fit, up to 8)
- *    brings each stage's weights (raw BF16 or FP8 bytes, zero-filled past the last row) and
- *    activations (raw F32, zero-filled past n and cols) into shared memory; the weights of the
- *    first stages are requested before the PDL wait;
- *  - a stage reads SUB·32 contiguous columns of each of its rows (SUB 4 by default for tiles of
- *    up to 32 tokens, 2 for 64, 1 for 128; env THIN_CUDA_GEMM_SUB caps it): a few tokens do too
- *    little arithmetic per weight byte to hide many short scattered reads, and the memory serves
- *    long runs of a row fastest; in shared memory the stage is SUB sub-stages of 32 columns;
- *  - one stage ahead of the math, the block rounds the F32 activations to BF16 (as before) and
- *    widens FP8 weights to BF16 (exact; the per-row scale is applied in the epilogue) into a
- *    double-buffered BF16 copy; BF16 weights are used from the cp.async stage as they are;
+ * so that the grid fills the SMs), walking the columns in stages of SUB·32 (SUB = 4 for tiles of
+ * up to 32 tokens, 2 for 64, 1 for 128; THIN_CUDA_GEMM_SUB caps it), so that each weight row is
+ * read in runs of 256 bytes (BF16) or 128 (FP8) however few the tokens:
+ *  - a cp.async pipeline (as many stages as fit, up to 8; 5 for 128-token tiles) brings each
+ *    stage's weights (raw BF16 or FP8 bytes, zero-filled past the last row) and activations (raw
+ *    F32, zero-filled past n and cols) into shared memory, the weights laid out as SUB sub-stages
+ *    of 32 columns; the weights of the first stages are requested before the PDL wait;
+ *  - one stage ahead of the math, the block rounds the F32 activations to BF16 and widens FP8
+ *    weights to BF16 (exact; the per-row scale is applied in the epilogue) into a double-buffered
+ *    BF16 copy; BF16 weights are used from the cp.async stage as they are;
  *  - fragments are 128-bit shared loads: lane (g, q) takes columns 8q..8q+7 of its rows, which
  *    for two k16 steps is a fixed permutation of k applied alike to both operands (a dot product
  *    does not care), so no ldmatrix and no padding: 64-byte rows are read without bank conflicts;
@@ -22,16 +20,15 @@
  *    (and resid +=) coalesced, bounds-checked on n and rows.
  * The grid runs the token tiles of one row tile next to each other, so that a weight tile comes
  * from DRAM about once and the (smaller) activations stay in L2. One launch may cover up to three
- * weights applied to the same activations (a q, k, v group, or gate and up), their row tiles one
- * after the other along the grid.
- * When the tiles would leave block slots idle (few rows or tokens), the columns are split over a
- * thread block cluster of 2..8 blocks (sm_90), as many as spread the work best over the slots;
- * the partial tiles are summed through distributed shared memory, in rank order (deterministic),
- * each rank writing a slice of tokens.
+ * weights of the same shape and dtype applied to the same activations (q, k, v; gate, up), their
+ * row tiles one after the other along the grid's y.
+ * When the tiles leave block slots idle (few rows or tokens), the columns are split over a thread
+ * block cluster of 2..8 blocks (sm_90), sized by a model of waves of blocks; the partial tiles are
+ * summed through distributed shared memory, in rank order (deterministic), each rank writing a
+ * slice of tokens.
  * A transposed weight (the MLP kernel's down projection, dmat.trans) is read as stored: its stage
- * holds 32 rows of the transpose (32 columns of the matrix, 256 contiguous bytes each for BF16) ×
- * 128 of its columns, in rows padded by 16 bytes (FP8 widened into such rows), and ldmatrix.trans
- * gives the weight fragments in the mma's own k order, the activations then read to match.
+ * holds 32 rows of the transpose (32 columns of the matrix) × 128 of its columns in rows padded by
+ * 16 bytes (FP8: widened into such rows), and the A fragments come through ldmatrix.trans.
  * F32/F16 weights are not rounded: the backend runs them through the matvec per row instead.
  * CPU twin: op_matvec row by row.
  */
