@@ -298,7 +298,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *gt = getenv("THIN_CUDA_GEMM_T"); /* 1: transposed down projections read as stored */
     thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
     const char *gs = getenv("THIN_CUDA_GEMM_SUB"); /* sub-stages a GEMM stage (small tiles) */
-    thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 4;
+    thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
     thin_cuda_gemm_widen = gw && *gw ? atol(gw) : 64l << 20;
     if (thin_cuda_gemm_widen < 1) thin_cuda_gemm_widen = 1;

@@ -524,9 +524,10 @@ cudaError_t launch_gemm_segs(const dmat *const *w, float *const *out, const uint
  * down projections as stored in a prefill; else they are transposed back into a scratch first
  * (the default until the direct form has been timed and checked on the GPU). */
 extern int thin_cuda_gemm_t;
-/* thin_cuda_gemm_sub (env THIN_CUDA_GEMM_SUB=1, 2 or 4, default 4): 32-column sub-stages in each
- * pipeline stage of gemm.cu's kernel for tiles of up to 64 tokens (capped by what fits and by the
- * row), so that each weight row is read in runs of 32·SUB columns. */
+/* thin_cuda_gemm_sub (env THIN_CUDA_GEMM_SUB=1, 2 or 4; 0, the default: 2 for tiles of up to 32
+ * tokens, 1 for 64 and 128, the fastest on the GPU machine): 32-column sub-stages in each pipeline
+ * stage of gemm.cu's kernel (capped by what fits and by the row), so that each weight row is read
+ * in runs of 32·SUB columns. */
 extern int thin_cuda_gemm_sub;
 /* The same through cuBLASLt (gemm_lt.cu), with scratch for n · K BF16 activations (x_elems) and
  * w_elems BF16 values of widened FP8 weights; transposed weights (dmat.trans) are taken as stored.

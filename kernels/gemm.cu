@@ -3,9 +3,9 @@
  *
  * Tensor cores through mma.sync m16n8k16 (BF16 × BF16 → F32, inline PTX). A block of 8 warps
  * computes 128 weight rows × BN tokens (BN = 128, 64, 32 or 16, picked from n and the row count
- * so that the grid fills the SMs), walking the columns in stages of SUB·32 (SUB = 4 for tiles of
- * up to 32 tokens, 2 for 64, 1 for 128; THIN_CUDA_GEMM_SUB caps it), so that each weight row is
- * read in runs of 256 bytes (BF16) or 128 (FP8) however few the tokens:
+ * so that the grid fills the SMs), walking the columns in stages of SUB·32 (SUB = 2 for tiles of
+ * up to 32 tokens, 1 for 64 and 128; THIN_CUDA_GEMM_SUB=N sets N for every tile size up to 64),
+ * so that each weight row is read in longer runs however few the tokens:
  *  - a cp.async pipeline (as many stages as fit, up to 8; 5 for 128-token tiles) brings each
  *    stage's weights (raw BF16 or FP8 bytes, zero-filled past the last row) and activations (raw
  *    F32, zero-filled past n and cols) into shared memory, the weights laid out as SUB sub-stages
@@ -46,7 +46,7 @@ namespace cg = cooperative_groups;
 #define GM_MAX_SPLIT 8 /* blocks of a split-column cluster (portable cluster size) */
 
 int thin_cuda_gemm_t = 0;
-int thin_cuda_gemm_sub = 4;
+int thin_cuda_gemm_sub = 0;
 
 /* Shape and shared-memory layout (bytes) of one configuration; TR: the weights stored transposed
  * (dmat.trans: the MLP kernel's down projection), made row-major by the conversion pass; SUB:
@@ -422,9 +422,12 @@ cudaError_t launch_gemm_segs(const dmat *const *w, float *const *out, const uint
      * tile per SM, else 64 */
     uint32_t bn = 128;
     while (bn > 16 && (n <= bn / 2 || (bn > 64 && row_tiles * ((n + bn - 1) / bn) < (uint32_t)n_sm))) bn /= 2;
-    /* sub-stages a stage: the largest of thin_cuda_gemm_sub, halved, that divides the row */
+    /* sub-stages a stage: thin_cuda_gemm_sub (by default 2 for tiles of up to 32 tokens, 1 above;
+     * at 16 tokens 2 measured faster than 1 and 4, at 128 tokens in tiles of 64, 1 than 2 and 4),
+     * halved until it divides the row */
     const dmat *w0 = w[0];
-    uint32_t sub = thin_cuda_gemm_sub >= 4 ? 4 : thin_cuda_gemm_sub >= 2 ? 2 : 1;
+    const int gs = thin_cuda_gemm_sub > 0 ? thin_cuda_gemm_sub : bn <= 32 ? 2 : 1;
+    uint32_t sub = gs >= 4 ? 4 : gs >= 2 ? 2 : 1;
     while (sub > 1 && (w0->trans || w0->pitch % (GM_BK * sub) != 0)) sub /= 2;
     if (w0->trans) {
         if (w0->dtype == THIN_DTYPE_BF16) return launch_dt<THIN_DTYPE_BF16, true>(a, row_tiles, bn, 1, n_sm, st);
