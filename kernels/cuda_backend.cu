@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/thin-run/sampler.h"
 #include "cuda_session.cuh"
 #include "matvec_dev.cuh"
 
@@ -172,9 +171,8 @@ static int alloc_state(cuda_session *s) {
         cuda_alloc(s, (void **)&s->d_io, (s->max_batch + 1) * sizeof(int32_t)) ||
         cuda_alloc(s, (void **)&s->d_argmax, s->max_batch * sizeof(int32_t)) ||
         cuda_alloc(s, (void **)&s->d_argpart, (size_t)s->max_batch * ARGMAX_PARTS * sizeof(float2)) ||
-        cuda_alloc(s, (void **)&s->d_stats, 2 * sizeof(float)) ||
-        cuda_alloc(s, (void **)&s->d_cand, (size_t)vocab * sizeof(float2)) ||
-        cuda_alloc(s, (void **)&s->d_count, sizeof(unsigned int)))
+        cuda_alloc(s, (void **)&s->d_samp, sample_scratch_bytes()) ||
+        cuda_alloc(s, (void **)&s->d_prob, (size_t)vocab * sizeof(float)))
         return -1;
     s->d_pos = s->d_io;
     s->d_tokens = s->d_io + 1;
@@ -535,19 +533,6 @@ extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint
     return 0;
 }
 
-/* The token id carried in a candidate's bits. */
-static int32_t cand_id(float f) {
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    return i;
-}
-
-/* Ascending token id: the candidates' order on the CPU when nothing is trimmed. */
-static int id_cmp(const void *a, const void *b) {
-    int32_t i = ((const sampler_cand *)a)->id, j = ((const sampler_cand *)b)->id;
-    return (i > j) - (i < j);
-}
-
 extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
                                    float coin, int32_t *token) {
     if (!s || !token) return -1;
@@ -564,26 +549,39 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         *token = s->h_am[0];
         return 0;
     }
-    float cutoff = 0.0f;
-    if (top_k == 0 && top_p < 1.0f && vocab > 1) cutoff = (float)((1.0 - top_p) / (double)(vocab - 1));
-    CK(s, launch_sample_candidates(row, vocab, temperature, cutoff, s->d_stats, s->d_cand, vocab,
-                                   s->d_count, s->st));
-    unsigned int count = 0;
-    CK(s, cudaMemcpyAsync(&count, s->d_count, sizeof count, cudaMemcpyDeviceToHost, s->st));
+    CK(s, launch_sample(row, vocab, temperature, top_k, top_p, coin, s->d_samp, s->d_prob, s->d_argmax, s->st));
+    CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
-    if (count == 0 || count > vocab) return cuda_failf(s, "sampling found no candidate");
-    float2 *c = (float2 *)malloc((size_t)count * (sizeof *c + sizeof(sampler_cand)));
-    if (!c) return cuda_failf(s, "out of memory");
-    cudaError_t e = cudaMemcpy(c, s->d_cand, (size_t)count * sizeof *c, cudaMemcpyDeviceToHost);
+    if (s->h_am[0] < 0 || (uint32_t)s->h_am[0] >= vocab) return cuda_failf(s, "sampling found no candidate");
+    *token = s->h_am[0];
+    return 0;
+}
+
+extern "C" int cuda_sample_row(const float *logits, uint32_t n, float temperature, uint32_t top_k, float top_p,
+                               float coin, int32_t *token, char *err, size_t errlen) {
+    float *x = NULL, *pf = NULL;
+    void *sc = NULL;
+    int32_t *out = NULL;
+    cudaStream_t st = NULL;
+    cudaError_t e = cudaMalloc((void **)&x, (size_t)n * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&pf, (size_t)n * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc(&sc, sample_scratch_bytes());
+    if (e == cudaSuccess) e = cudaMalloc((void **)&out, sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemcpy(x, logits, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = launch_sample(x, n, temperature, top_k, top_p, coin, sc, pf, out, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    if (e == cudaSuccess) e = cudaMemcpy(token, out, sizeof(int32_t), cudaMemcpyDeviceToHost);
+    if (st) cudaStreamDestroy(st);
+    cudaFree(x);
+    cudaFree(pf);
+    cudaFree(sc);
+    cudaFree(out);
     if (e != cudaSuccess) {
-        free(c);
-        return cuda_fail(s, __FILE__, __LINE__, "cudaMemcpy(candidates)", e);
+        if (err && errlen) snprintf(err, errlen, "sample: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return -1;
     }
-    sampler_cand *sc = (sampler_cand *)(c + count);
-    for (unsigned int i = 0; i < count; i++) sc[i] = sampler_cand{c[i].x, cand_id(c[i].y)};
-    if (top_k == 0 && top_p >= 1.0f) qsort(sc, count, sizeof *sc, id_cmp); /* the CPU's order */
-    *token = sampler_draw(sc, count, top_k, top_p, coin);
-    free(c);
     return 0;
 }
 
@@ -779,7 +777,11 @@ static int ops_prefill(void *sess, const int32_t *tokens, uint32_t n, uint32_t p
                        int32_t *argmax) {
     return cuda_session_prefill((cuda_session *)sess, tokens, n, pos, logits, argmax);
 }
+static int ops_sample(void *sess, float temperature, uint32_t top_k, float top_p, float coin, int32_t *token) {
+    return cuda_session_sample((cuda_session *)sess, temperature, top_k, top_p, coin, token);
+}
 static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
 static const char *ops_error(void *sess) { return cuda_session_error((const cuda_session *)sess); }
 
-extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1, ops_prefill};
+extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1, ops_prefill,
+                                              ops_sample};

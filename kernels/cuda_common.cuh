@@ -700,11 +700,12 @@ extern int thin_cuda_qao;
 #define ARGMAX_PARTS 128u
 cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
                           float2 *partial, cudaStream_t st);
-/* Sampling support: max and sum of exp((x - max) / t) of one row into stats[0], stats[1], then
- * the candidates with probability >= cutoff into cand (value = probability, index) with their
- * count in *count (at most cap kept). */
-cudaError_t launch_sample_candidates(const float *x, uint32_t cols, float temperature, float cutoff,
-                                     float *stats, float2 *cand, uint32_t cap,
-                                     unsigned int *count, cudaStream_t st);
+/* Sampling from one row x of cols logits with sampler.h's semantics (sampler_pick with draw coin):
+ * the chosen id into *out (-1 when no token is a candidate). scratch: sample_scratch_bytes() of
+ * device memory; pf: cols floats of device memory (the probabilities). */
+#define SAMP_PARTS 128u
+size_t sample_scratch_bytes(void);
+cudaError_t launch_sample(const float *x, uint32_t cols, float temperature, uint32_t top_k, float top_p,
+                          float coin, void *scratch, float *pf, int32_t *out, cudaStream_t st);
 
 #endif /* THIN_CUDA_COMMON_CUH */

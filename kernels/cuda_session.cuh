@@ -124,9 +124,8 @@ struct cuda_session {
     /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there
      * is no attention op) */
     uint32_t attn_max_heads, attn_max_head_dim, attn_min_kv;
-    float *d_stats;         /* 2 */
-    float2 *d_cand;         /* vocab */
-    unsigned int *d_count;  /* 1 */
+    void *d_samp;           /* sample_scratch_bytes() */
+    float *d_prob;          /* vocab: the probabilities of a sampled row */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
     /* the decode step captured as a graph: [0] with the cluster attention, [1] the short form */

@@ -20,6 +20,7 @@
 #include "../../tools/thin-run/backend.h"
 #include "cuda_backend.h"
 #include "../../tools/thin-run/exec_cpu.h"
+#include "../../tools/thin-run/sampler.h"
 #include "ops.h"
 
 enum { L = 2, CTX = 600 };
@@ -294,6 +295,24 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
         check(rel <= tol_prefill, what, rel, tol_prefill);
         snprintf(what, sizeof what, "%s greedy sample = argmax", label);
         check(s1 == a1, what, s1, a1);
+        /* sampling on the device from the row just decoded, against the CPU sampler on the same
+         * logits (copied back in got) and draws */
+        static const struct { float t; uint32_t k; float p; } sp[] = {{0.8f, 0, 0.95f}, {1.0f, 0, 1.0f}, {0.7f, 40, 0.9f}};
+        int same = 0, total = 0;
+        for (size_t c = 0; c < sizeof sp / sizeof sp[0]; c++) {
+            sampler smp;
+            if (sampler_init(&smp, V, sp[c].t, sp[c].k, sp[c].p, 1)) continue;
+            for (int d = 0; d < 8; d++) {
+                const float coin = (float)(d * 2 + 1) / 16.0f;
+                int32_t g = -1;
+                if (cuda_session_sample(gpu2, sp[c].t, sp[c].k, sp[c].p, coin, &g)) break;
+                same += g == sampler_pick(&smp, got, coin);
+                total++;
+            }
+            sampler_free(&smp);
+        }
+        snprintf(what, sizeof what, "%s sampled ids = CPU sampler's (of 24)", label);
+        check(same == 24, what, same, 24);
     }
     free(ref1);
     /* A prompt through cuda_session_prefill (every row batched, the LM head and argmax for the
@@ -406,6 +425,55 @@ static void run_all(const char *tag) {
     CASE("hidden 2048 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
 }
 
+/* Sampling on the device (cuda_sample_row, sample.cu) against sampler_pick on the same rows and
+ * draws: random rows, rows of equal logits (ties at every boundary: the id order decides), rows
+ * of a few repeated values, one dominant logit (the rest underflow to p = 0), SmolLM3's vocabulary
+ * size; with and without top-k and top-p, top_k beyond the candidates, top_k = 1. */
+static void run_sampling(const char *tag) {
+    if (pass_skipped(tag)) return;
+    static const struct { float t; uint32_t k; float p; } sp[] = {
+        {0.8f, 0, 0.95f}, {1.0f, 0, 1.0f}, {0.5f, 0, 0.5f}, {1.7f, 40, 1.0f}, {0.7f, 40, 0.9f},
+        {1.0f, 1, 1.0f},  {1.0f, 999, 1.0f}, {1.2f, 5000, 0.95f}, {0.3f, 0, 0.999f}, {2.0f, 0, 0.1f}};
+    static const uint32_t sizes[] = {1000, 1000, 1000, 1000, 128256};
+    const char *kinds[] = {"random", "equal", "three values", "one dominant", "random 128256"};
+    for (int kind = 0; kind < 5; kind++) {
+        const uint32_t n = sizes[kind];
+        float *x = malloc(n * sizeof *x);
+        if (!x) return;
+        for (uint32_t i = 0; i < n; i++) {
+            switch (kind) {
+            case 1: x[i] = 0.25f; break;
+            case 2: x[i] = (float)(i * 7 % 3); break;
+            case 3: x[i] = i == 417 ? 1000.0f : frand(); break;
+            default: x[i] = 3.0f * frand(); break;
+            }
+        }
+        int same = 0, total = 0;
+        char err[256] = "";
+        for (size_t c = 0; c < sizeof sp / sizeof sp[0]; c++) {
+            sampler smp;
+            if (sampler_init(&smp, n, sp[c].t, sp[c].k, sp[c].p, 1)) continue;
+            for (int d = 0; d < 16; d++) {
+                const float coin = d == 15 ? 1.0f - 0x1p-24f : (float)d / 15.0f;
+                int32_t g = -1;
+                if (cuda_sample_row(x, n, sp[c].t, sp[c].k, sp[c].p, coin, &g, err, sizeof err)) break;
+                const int32_t want = sampler_pick(&smp, x, coin);
+                if (g != want && total - same < 3)
+                    printf("      %s: t %.2f top_k %u top_p %.3f coin %.4f: GPU %d, CPU %d\n", kinds[kind],
+                           sp[c].t, sp[c].k, sp[c].p, coin, g, want);
+                same += g == want;
+                total++;
+            }
+            sampler_free(&smp);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s%s rows: sampled ids = CPU sampler's (of %d)%s%s", tag, kinds[kind],
+                 (int)(sizeof sp / sizeof sp[0]) * 16, *err ? ": " : "", err);
+        check(same == (int)(sizeof sp / sizeof sp[0]) * 16, what, same, (int)(sizeof sp / sizeof sp[0]) * 16);
+        free(x);
+    }
+}
+
 /* Attention shapes beyond the standard cases' four query heads per KV head: one query head per KV
  * head with head_dim 128 (the attention block kernel's warps take two K/V pairs each) and two
  * with head_dim 256 (two q pairs a warp). */
@@ -427,6 +495,7 @@ int main(void) {
     char dev[128], tag[64];
     if (cuda_device_describe(dev, sizeof dev) == 0) printf("device: %s\n", dev);
     run_all("");
+    run_sampling("sampling: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
      * others keep the per-op kernels). */
     setenv("THIN_CUDA_STREAM", "1", 1);

@@ -26,9 +26,12 @@
  *          activations rounded to BF16) and the LM head for the last row only.
  *   int  cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
  *                            float coin, int32_t *token);
- *          samples from the last row of logits left by forward, with the semantics of sampler.h
- *          (temperature 0 = argmax); coin is a uniform number in [0, 1) drawn by the caller's
- *          PRNG, so the CPU and GPU draw the same stream.
+ *          samples from the last row of logits left by forward or prefill, with the semantics of
+ *          sampler.h (temperature 0 = argmax), on the device (sample.cu): only the id comes
+ *          back. coin is a uniform number in [0, 1) drawn by the caller's PRNG, so the CPU and
+ *          GPU draw the same stream and, from the same logits, the same token (the masses are
+ *          summed exactly in fixed point on the device, in double on the CPU: they can part only
+ *          where the two sums straddle a boundary in their last bits).
  *   void cuda_session_free(cuda_session *s);   NULL allowed
  */
 #ifndef THIN_BACKEND_H
@@ -64,6 +67,12 @@ typedef struct backend_ops {
      * forward runs the first n - 1 rows and the last one apart). */
     int (*prefill)(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
                    int32_t *argmax);
+    /* Samples the next token (temperature > 0) from the last row of logits that forward or
+     * prefill left, with sampler.h's semantics and `coin` as the draw, where the logits are: no
+     * row crosses to the host. NULL when the backend has no such form (the host samples from the
+     * logits that forward gives). */
+    int (*sample)(void *sess, float temperature, uint32_t top_k, float top_p, float coin,
+                  int32_t *token);
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */
@@ -89,6 +98,10 @@ int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uin
 int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
                         float coin, int32_t *token);
 void cuda_session_free(cuda_session *s);
+/* cuda_session_sample's kernels on a row of n logits given on the host (for tests); 0, or -1 with
+ * err filled. */
+int cuda_sample_row(const float *logits, uint32_t n, float temperature, uint32_t top_k, float top_p,
+                    float coin, int32_t *token, char *err, size_t errlen);
 
 #ifdef THIN_RUN_CUDA
 /* The CUDA backend wrapped as backend_ops (thin-run's main.c). */

@@ -459,7 +459,16 @@ static int choose(run *r, sampler *s, gen *g, int32_t argmax, int32_t *next) {
         cli_error("%s: write failed", r->o->dump_logits);
         return -1;
     }
-    *next = s->temperature == 0.0f ? argmax : sampler_sample(s, g->logits);
+    if (s->temperature == 0.0f) {
+        *next = argmax;
+    } else if (!g->logits) { /* the backend samples where the logits are */
+        if (r->be->sample(r->sess, s->temperature, s->top_k, s->top_p, sampler_coin(s), next)) {
+            cli_error("%s: sampling failed: %s", r->be->name, r->be->error(r->sess));
+            return -1;
+        }
+    } else {
+        *next = sampler_sample(s, g->logits);
+    }
     return 0;
 }
 
@@ -575,7 +584,9 @@ static int generate(run *r) {
         free(prompt);
         return CLI_EXIT_DATA;
     }
-    int need_logits = o->temperature > 0 || o->dump_logits;
+    /* the host needs a row of logits per token only to dump them, or to sample where the backend
+     * cannot */
+    int need_logits = o->dump_logits || (o->temperature > 0 && !r->be->sample);
     g.ids = malloc(((size_t)r->ctx + 1) * sizeof *g.ids);
     g.logits = need_logits ? malloc((size_t)r->p.hp.vocab_size * sizeof(float)) : NULL;
     if (!g.ids || (need_logits && !g.logits)) rc = CLI_EXIT_DATA, cli_error("out of memory");
