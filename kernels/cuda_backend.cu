@@ -181,6 +181,10 @@ static int alloc_state(cuda_session *s) {
     CK(s, cudaHostAlloc((void **)&s->h_io, (2 * (size_t)s->max_batch + 1) * sizeof(int32_t),
                         cudaHostAllocDefault));
     s->h_am = s->h_io + 1 + s->max_batch;
+    if (cuda_alloc(s, (void **)&s->d_next, 2 * sizeof(int32_t))) return -1;
+    CK(s, cudaHostAlloc((void **)&s->h_ring, DECODE_RING * sizeof(int32_t), cudaHostAllocMapped));
+    CK(s, cudaHostGetDevicePointer((void **)&s->d_ring, s->h_ring, 0));
+    for (int k = 0; k < 2; k++) CK(s, cudaEventCreateWithFlags(&s->ev_step[k], cudaEventDisableTiming));
     return 0;
 }
 
@@ -241,6 +245,9 @@ void lt_join(cuda_session *s) {
     s->lt_started = 0;
 }
 
+/* env THIN_CUDA_AHEAD=0: cuda_session_greedy queues no step ahead (for comparisons) */
+static int thin_cuda_ahead = 1;
+
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
     if (check_plan(s, max_ctx)) return -1;
@@ -295,6 +302,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
                         : strcmp(gm, "own") == 0 ? THIN_CUDA_GEMM_OWN : THIN_CUDA_GEMM_AUTO;
     const char *gt = getenv("THIN_CUDA_GEMM_T"); /* 1: transposed down projections read as stored */
     thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
+    const char *ah = getenv("THIN_CUDA_AHEAD"); /* 0: greedy steps wait for the host */
+    thin_cuda_ahead = !(ah && strcmp(ah, "0") == 0);
     const char *gs = getenv("THIN_CUDA_GEMM_SUB"); /* sub-stages a GEMM stage (small tiles) */
     thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
@@ -366,6 +375,9 @@ extern "C" void cuda_session_free(cuda_session *s) {
     gemm_lt_destroy(s->lt);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->h_ring) cudaFreeHost(s->h_ring);
+    for (int k = 0; k < 2; k++)
+        if (s->ev_step[k]) cudaEventDestroy(s->ev_step[k]);
     if (s->st) cudaStreamDestroy(s->st);
     free(s->allocs);
     free(s->op_w);
@@ -449,6 +461,7 @@ static int forward_one(cuda_session *s, int32_t token, uint32_t pos) {
     double t0 = s->prof ? prof_now_us() : 0.0;
     s->h_io[0] = (int32_t)pos;
     s->h_io[1] = token;
+    CK(s, cudaMemcpyAsync(s->d_io, s->h_io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
     s->short_now = pos < s->attn_short; /* positions 0..pos fit the attention + o kernel */
     if (s->prof) CK(s, cudaEventRecord(prof_graph_event(s, 0), s->st));
     s->n_decoded++;
@@ -474,6 +487,7 @@ static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uin
     const int lb = p->logits_buf;
     const uint32_t vocab = (uint32_t)p->buf_sizes[lb];
     s->cur_pos = pos;
+    s->ahead_valid = 0; /* a step queued ahead (cuda_session_greedy) no longer follows */
     if (n == 1) {
         if (forward_one(s, tokens[0], pos)) return -1;
     } else {
@@ -530,6 +544,42 @@ extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint
         const int end = c + k == n;
         if (forward_chunk(s, tokens + c, k, pos + c, end ? logits : NULL, end ? argmax : NULL, 1)) return -1;
     }
+    return 0;
+}
+
+extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next) {
+    if (!s || !next || check_run(s, &token, 1, pos)) return -1;
+    if (s->prof || s->trace_at) /* the profile and the trace time one step at a time */
+        return cuda_session_forward(s, &token, 1, pos, NULL, next);
+    const int queued = s->ahead_valid && s->ahead_pos == pos && s->last_next == token;
+    s->ahead_valid = 0;
+    s->cur_pos = pos;
+    s->last_row = 0;
+    if (!queued) {
+        s->h_io[0] = (int32_t)pos;
+        s->h_io[1] = token;
+        CK(s, cudaMemcpyAsync(s->d_io, s->h_io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
+        s->short_now = pos < s->attn_short;
+        s->n_decoded++;
+        if (exec_decode_graph(s)) return -1;
+        CK(s, cudaEventRecord(s->ev_step[pos & 1], s->st));
+    }
+    if (ahead && thin_cuda_ahead && pos + 1 < s->max_ctx) { /* the next step, its input left by this one's argmax */
+        CK(s, cudaMemcpyAsync(s->d_io, s->d_next, 2 * sizeof(int32_t), cudaMemcpyDeviceToDevice, s->st));
+        s->short_now = pos + 1 < s->attn_short;
+        s->n_decoded++;
+        if (exec_decode_graph(s)) return -1;
+        CK(s, cudaEventRecord(s->ev_step[(pos + 1) & 1], s->st));
+        s->ahead_valid = 1;
+        s->ahead_pos = pos + 1;
+    }
+    CK(s, cudaEventSynchronize(s->ev_step[pos & 1]));
+    const int32_t id = ((volatile int32_t *)s->h_ring)[pos % DECODE_RING];
+    if (id < 0 || (uint32_t)id >= s->p->hp.vocab_size) {
+        s->ahead_valid = 0;
+        return cuda_failf(s, "internal: the decode step at position %u gave id %d", pos, id);
+    }
+    *next = s->last_next = id;
     return 0;
 }
 
@@ -777,6 +827,9 @@ static int ops_prefill(void *sess, const int32_t *tokens, uint32_t n, uint32_t p
                        int32_t *argmax) {
     return cuda_session_prefill((cuda_session *)sess, tokens, n, pos, logits, argmax);
 }
+static int ops_greedy(void *sess, int32_t token, uint32_t pos, int ahead, int32_t *next) {
+    return cuda_session_greedy((cuda_session *)sess, token, pos, ahead, next);
+}
 static int ops_sample(void *sess, float temperature, uint32_t top_k, float top_p, float coin, int32_t *token) {
     return cuda_session_sample((cuda_session *)sess, temperature, top_k, top_p, coin, token);
 }
@@ -784,4 +837,4 @@ static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
 static const char *ops_error(void *sess) { return cuda_session_error((const cuda_session *)sess); }
 
 extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1, ops_prefill,
-                                              ops_sample};
+                                              ops_sample, ops_greedy};

@@ -700,6 +700,12 @@ extern int thin_cuda_qao;
 #define ARGMAX_PARTS 128u
 cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
                           float2 *partial, cudaStream_t st);
+/* The decode step's argmax of one row, which also writes the next step's input, next[0] = *pos + 1
+ * and next[1] = the id, and the id to ring[*pos % DECODE_RING] (mapped host memory), so that a
+ * greedy decode can run steps ahead of the host. */
+#define DECODE_RING 64u
+cudaError_t launch_argmax_next(int32_t *out, const float *x, uint32_t cols, float2 *partial, const int32_t *pos,
+                               int32_t *next, int32_t *ring, cudaStream_t st);
 /* Sampling from one row x of cols logits with sampler.h's semantics (sampler_pick with draw coin):
  * the chosen id into *out (-1 when no token is a candidate). scratch: sample_scratch_bytes() of
  * device memory; pf: cols floats of device memory (the probabilities). */

@@ -354,11 +354,12 @@ int exec_steps(cuda_session *s, uint32_t n, int lm_last) {
 
 static int capture(cuda_session *s) {
     CK(s, cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal));
-    cudaError_t e = cudaMemcpyAsync(s->d_io, s->h_io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, s->st);
-    int rc = e == cudaSuccess ? exec_steps(s, 1, 0) : cuda_fail(s, __FILE__, __LINE__, "cudaMemcpyAsync", e);
+    cudaError_t e = cudaSuccess;
+    int rc = exec_steps(s, 1, 0);
     if (rc == 0) {
         int lb = s->p->logits_buf;
-        e = launch_argmax(s->d_argmax, s->buf[lb], ld_of(s, lb), ld_of(s, lb), 1, s->d_argpart, s->st);
+        e = launch_argmax_next(s->d_argmax, s->buf[lb], ld_of(s, lb), s->d_argpart, s->d_pos, s->d_next,
+                               s->d_ring, s->st);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st);
         if (e != cudaSuccess) rc = cuda_fail(s, __FILE__, __LINE__, "launch_argmax", e);

@@ -128,6 +128,16 @@ struct cuda_session {
     float *d_prob;          /* vocab: the probabilities of a sampled row */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
+    /* greedy steps queued ahead of the host (cuda_session_greedy): each decode graph's argmax
+     * leaves the next step's (position, token) in d_next and its id in h_ring[pos % DECODE_RING]
+     * (mapped pinned memory); the step at position p records ev_step[p & 1] */
+    int32_t *d_next;        /* 2 */
+    int32_t *h_ring;        /* DECODE_RING, mapped pinned memory */
+    int32_t *d_ring;        /* its device address */
+    cudaEvent_t ev_step[2];
+    int ahead_valid;        /* a step for (ahead_pos, last_next) is queued */
+    uint32_t ahead_pos;
+    int32_t last_next;      /* the id the last greedy step gave */
     /* the decode step captured as a graph: [0] with the cluster attention, [1] the short form */
     cudaGraphExec_t graph[2];
     int graph_ready[2];
@@ -195,8 +205,8 @@ int exec_steps(cuda_session *s, uint32_t n, int lm_last);
 /* Runs steps [from, to) for n rows (no lm_last). */
 int exec_steps_range(cuda_session *s, uint32_t from, uint32_t to, uint32_t n);
 /* Runs the decode step (n = 1) through the captured graph (capturing it on first use): the graph
- * copies h_io[0..2) (position, token) to the device, runs the steps and the argmax, and copies
- * the argmax id to h_am[0]. */
+ * runs the steps for the position and token in d_io (copied there first by the caller), the
+ * argmax (which also writes d_next and h_ring), and copies the argmax id to h_am[0]. */
 int exec_decode_graph(cuda_session *s);
 /* Captures the decode graph of every attention form the decode can reach, without running it (at
  * creation, so that neither the first token nor the decode pays for the capture). */

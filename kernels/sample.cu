@@ -59,7 +59,10 @@ __global__ void argmax_partial_kernel(const float *x, uint32_t ld, uint32_t cols
         partial[(size_t)row * gridDim.x + blockIdx.x] = make_float2(bv, __int_as_float(bi));
 }
 
-__global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_t parts) {
+/* next: when not NULL (one row, the decode step), the chosen id also becomes the next step's input
+ * (next[0] = *pos + 1, next[1] = id) and goes to ring[*pos % DECODE_RING] (host memory). */
+__global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_t parts, const int32_t *pos,
+                                    int32_t *next, int32_t *ring) {
     pdl_trigger();
     pdl_wait();
     const uint32_t row = blockIdx.x;
@@ -74,7 +77,17 @@ __global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_
         }
     }
     block_best(bv, bi);
-    if (threadIdx.x == 0) out[row] = bi < 0 ? 0 : bi;
+    if (threadIdx.x == 0) {
+        const int32_t id = bi < 0 ? 0 : bi;
+        out[row] = id;
+        if (next) {
+            const int32_t p = *pos;
+            next[0] = p + 1;
+            next[1] = id;
+            ring[(uint32_t)p % DECODE_RING] = id;
+            __threadfence_system();
+        }
+    }
 }
 
 cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
@@ -82,7 +95,15 @@ cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t co
     dim3 grid(ARGMAX_PARTS, n);
     cudaError_t e = launch_k(argmax_partial_kernel, dim3(grid), dim3(256), 0, st, x, ld, cols, partial);
     if (e != cudaSuccess) return e;
-    return launch_k(argmax_final_kernel, dim3(n), dim3(128), 0, st, out, partial, ARGMAX_PARTS);
+    return launch_k(argmax_final_kernel, dim3(n), dim3(128), 0, st, out, partial, ARGMAX_PARTS,
+                    (const int32_t *)NULL, (int32_t *)NULL, (int32_t *)NULL);
+}
+
+cudaError_t launch_argmax_next(int32_t *out, const float *x, uint32_t cols, float2 *partial, const int32_t *pos,
+                               int32_t *next, int32_t *ring, cudaStream_t st) {
+    cudaError_t e = launch_k(argmax_partial_kernel, dim3(ARGMAX_PARTS, 1), dim3(256), 0, st, x, cols, cols, partial);
+    if (e != cudaSuccess) return e;
+    return launch_k(argmax_final_kernel, dim3(1), dim3(128), 0, st, out, partial, ARGMAX_PARTS, pos, next, ring);
 }
 
 /* ---- sampling (sampler.h's semantics, on the device) ----

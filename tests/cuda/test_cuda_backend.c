@@ -233,6 +233,35 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
     check(worst <= tol_decode, what, worst, tol_decode);
     snprintf(what, sizeof what, "%s decode: device argmax = argmax of its logits", label);
     check(am_ok, what, am_ok, 1);
+    /* Greedy steps queued ahead of the host (cuda_session_greedy), each taking its token from the
+     * previous step's argmax on the device, against the same chain through forward; then a step
+     * queued ahead and not taken (the caller asks for another token at its position). */
+    {
+        int32_t chain[ND + 1], ids_f[ND], ids_g[ND];
+        int ok = 1;
+        chain[0] = toks[NP];
+        for (int j = 0; j < ND && ok; j++) {
+            ok = cuda_session_forward(gpu, chain + j, 1, (uint32_t)(NP + j), NULL, ids_f + j) == 0;
+            chain[j + 1] = ids_f[j];
+        }
+        int32_t t = toks[NP];
+        for (int j = 0; j < ND && ok; j++) {
+            ok = cuda_session_greedy(gpu, t, (uint32_t)(NP + j), j + 1 < ND, ids_g + j) == 0;
+            t = ids_g[j];
+        }
+        int same = 0;
+        for (int j = 0; j < ND && ok; j++) same += ids_f[j] == ids_g[j];
+        if (!ok) printf("      greedy chain: %s\n", cuda_session_error(gpu));
+        snprintf(what, sizeof what, "%s greedy steps ahead: ids = forward's (of %d)", label, ND);
+        check(ok && same == ND, what, same, ND);
+        int32_t a = -1, b = -1, c = -1;
+        const int32_t other = (ids_g[ND - 1] + 1) % (int32_t)V;
+        ok = cuda_session_greedy(gpu, t, NP + ND, 1, &a) == 0 &&
+             cuda_session_greedy(gpu, other, NP + ND + 1, 0, &b) == 0 &&
+             cuda_session_forward(gpu, &other, 1, NP + ND + 1, NULL, &c) == 0;
+        snprintf(what, sizeof what, "%s greedy step ahead not taken: id = forward's", label);
+        check(ok && b == c, what, b, c);
+    }
     /* Batched prefill of NLONG tokens (two chunks of the batch limit, long-context splits). */
     if (cuda_session_forward(gpu2, toks, NLONG, 0, got, am)) {
         printf("FAIL  %s: prefill: %s\n", label, cuda_session_error(gpu2));

@@ -32,6 +32,14 @@
  *          GPU draw the same stream and, from the same logits, the same token (the masses are
  *          summed exactly in fixed point on the device, in double on the CPU: they can part only
  *          where the two sums straddle a boundary in their last bits).
+ *   int  cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead,
+ *                            int32_t *next);
+ *          one greedy decode step (token at pos) with its argmax in *next, as forward with
+ *          argmax; with ahead, the step for *next at pos + 1 is queued too before the call waits,
+ *          its input taken on the device from this step's argmax, so that the GPU runs from one
+ *          token into the next while the host handles the id; the call for (that id, pos + 1)
+ *          then only waits for it. Any other forward, prefill or greedy call discards it (it has
+ *          run, in stream order, before them). No logits row is left for cuda_session_sample.
  *   void cuda_session_free(cuda_session *s);   NULL allowed
  */
 #ifndef THIN_BACKEND_H
@@ -73,6 +81,11 @@ typedef struct backend_ops {
      * logits that forward gives). */
     int (*sample)(void *sess, float temperature, uint32_t top_k, float top_p, float coin,
                   int32_t *token);
+    /* One greedy decode step: token at pos, its argmax in *next. With ahead set the backend may
+     * also start the step after it (*next at pos + 1) before returning, so that the device does
+     * not wait for the host between tokens; a call for that step then only waits for it, and any
+     * other call simply runs after it. NULL: forward with argmax instead. */
+    int (*greedy)(void *sess, int32_t token, uint32_t pos, int ahead, int32_t *next);
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */
@@ -97,6 +110,7 @@ int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uin
                          float *logits, int32_t *argmax);
 int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
                         float coin, int32_t *token);
+int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next);
 void cuda_session_free(cuda_session *s);
 /* cuda_session_sample's kernels on a row of n logits given on the host (for tests); 0, or -1 with
  * err filled. */

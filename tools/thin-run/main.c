@@ -501,8 +501,15 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
                         cli_prog(), r->ctx);
             break;
         }
-        if (r->be->forward(r->sess, &next, 1, pos++, g->logits, &am))
-            return cli_error("%s: generation failed: %s", r->be->name, r->be->error(r->sess)), -1;
+        int rc;
+        if (r->be->greedy && !g->logits && s->temperature == 0.0f) {
+            /* the step after this one is needed unless this one gives the last token */
+            int ahead = (r->o->max_tokens < 0 || g->n_ids + 1 < (size_t)r->o->max_tokens) && pos + 1 < r->ctx;
+            rc = r->be->greedy(r->sess, next, pos++, ahead, &am);
+        } else {
+            rc = r->be->forward(r->sess, &next, 1, pos++, g->logits, &am);
+        }
+        if (rc) return cli_error("%s: generation failed: %s", r->be->name, r->be->error(r->sess)), -1;
         g->n_forward++;
     }
     g->decode_s = cli_now() - t0;
