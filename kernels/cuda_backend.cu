@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_session.cuh"
+#include "../tools/thin-run/sampler.h"
 #include "matvec_dev.cuh"
 
 #define MAX_BATCH 512u
@@ -247,6 +248,9 @@ void lt_join(cuda_session *s) {
 
 /* env THIN_CUDA_AHEAD=0: cuda_session_greedy queues no step ahead (for comparisons) */
 static int thin_cuda_ahead = 1;
+/* env THIN_CUDA_SAMPLE=host: cuda_session_sample copies the row to the host and draws there with
+ * the CPU sampler (for comparisons) */
+static int thin_cuda_device_sample = 1;
 
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
@@ -304,6 +308,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
     const char *ah = getenv("THIN_CUDA_AHEAD"); /* 0: greedy steps wait for the host */
     thin_cuda_ahead = !(ah && strcmp(ah, "0") == 0);
+    const char *sa = getenv("THIN_CUDA_SAMPLE"); /* host: draws on the host */
+    thin_cuda_device_sample = !(sa && strcmp(sa, "host") == 0);
     const char *gs = getenv("THIN_CUDA_GEMM_SUB"); /* sub-stages a GEMM stage (small tiles) */
     thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
@@ -375,6 +381,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     gemm_lt_destroy(s->lt);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    free(s->h_row);
     if (s->h_ring) cudaFreeHost(s->h_ring);
     for (int k = 0; k < 2; k++)
         if (s->ev_step[k]) cudaEventDestroy(s->ev_step[k]);
@@ -597,6 +604,17 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
         *token = s->h_am[0];
+        return 0;
+    }
+    if (!thin_cuda_device_sample) { /* the row to the host and the CPU sampler there */
+        if (!s->h_row && !(s->h_row = (float *)malloc((size_t)vocab * sizeof(float))))
+            return cuda_failf(s, "out of memory");
+        CK(s, cudaMemcpyAsync(s->h_row, row, (size_t)vocab * sizeof(float), cudaMemcpyDeviceToHost, s->st));
+        CK(s, cudaStreamSynchronize(s->st));
+        sampler smp;
+        if (sampler_init(&smp, vocab, temperature, top_k, top_p, 0)) return cuda_failf(s, "out of memory");
+        *token = sampler_pick(&smp, s->h_row, coin);
+        sampler_free(&smp);
         return 0;
     }
     CK(s, launch_sample(row, vocab, temperature, top_k, top_p, coin, s->d_samp, s->d_prob, s->d_argmax, s->st));

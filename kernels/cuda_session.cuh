@@ -126,6 +126,7 @@ struct cuda_session {
     uint32_t attn_max_heads, attn_max_head_dim, attn_min_kv;
     void *d_samp;           /* sample_scratch_bytes() */
     float *d_prob;          /* vocab: the probabilities of a sampled row */
+    float *h_row;           /* vocab, THIN_CUDA_SAMPLE=host only: the row on the host */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
     /* greedy steps queued ahead of the host (cuda_session_greedy): each decode graph's argmax
