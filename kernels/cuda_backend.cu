@@ -246,11 +246,12 @@ void lt_join(cuda_session *s) {
     s->lt_started = 0;
 }
 
-/* env THIN_CUDA_AHEAD=0: cuda_session_greedy queues no step ahead (for comparisons) */
-static int thin_cuda_ahead = 1;
-/* env THIN_CUDA_SAMPLE=host: cuda_session_sample copies the row to the host and draws there with
- * the CPU sampler (for comparisons) */
-static int thin_cuda_device_sample = 1;
+/* env THIN_CUDA_AHEAD=1: cuda_session_greedy queues a step ahead; by default (0, until the form
+ * has run on the GPU) it runs each step as forward does */
+static int thin_cuda_ahead = 0;
+/* env THIN_CUDA_SAMPLE=device: cuda_session_sample draws on the device (sample.cu); by default
+ * (host, until that form has run on the GPU) the row goes to the host and the CPU sampler draws */
+static int thin_cuda_device_sample = 0;
 
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
@@ -306,10 +307,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
                         : strcmp(gm, "own") == 0 ? THIN_CUDA_GEMM_OWN : THIN_CUDA_GEMM_AUTO;
     const char *gt = getenv("THIN_CUDA_GEMM_T"); /* 1: transposed down projections read as stored */
     thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
-    const char *ah = getenv("THIN_CUDA_AHEAD"); /* 0: greedy steps wait for the host */
-    thin_cuda_ahead = !(ah && strcmp(ah, "0") == 0);
-    const char *sa = getenv("THIN_CUDA_SAMPLE"); /* host: draws on the host */
-    thin_cuda_device_sample = !(sa && strcmp(sa, "host") == 0);
+    const char *ah = getenv("THIN_CUDA_AHEAD"); /* 1: greedy steps queued ahead of the host */
+    thin_cuda_ahead = ah && strcmp(ah, "1") == 0;
+    const char *sa = getenv("THIN_CUDA_SAMPLE"); /* device: draws on the device */
+    thin_cuda_device_sample = sa && strcmp(sa, "device") == 0;
     const char *gs = getenv("THIN_CUDA_GEMM_SUB"); /* sub-stages a GEMM stage (small tiles) */
     thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");
@@ -556,7 +557,7 @@ extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint
 
 extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next) {
     if (!s || !next || check_run(s, &token, 1, pos)) return -1;
-    if (s->prof || s->trace_at) /* the profile and the trace time one step at a time */
+    if (s->prof || s->trace_at || !thin_cuda_ahead) /* the profile and the trace time one step at a time */
         return cuda_session_forward(s, &token, 1, pos, NULL, next);
     const int queued = s->ahead_valid && s->ahead_pos == pos && s->last_next == token;
     s->ahead_valid = 0;

@@ -523,6 +523,9 @@ int main(void) {
     }
     char dev[128], tag[64];
     if (cuda_device_describe(dev, sizeof dev) == 0) printf("device: %s\n", dev);
+    /* the device draw and the greedy steps queued ahead, whatever the defaults */
+    setenv("THIN_CUDA_SAMPLE", "device", 0);
+    setenv("THIN_CUDA_AHEAD", "1", 0);
     run_all("");
     run_sampling("sampling: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
