@@ -439,7 +439,8 @@ static int is_bos(const run *r, int32_t id) {
     return bos >= 0 && id == bos;
 }
 
-/* Runs the prompt; leaves the logits of its last position in g->logits (or the argmax). */
+/* Runs the prompt; leaves the logits of its last position in g->logits, or on the backend (with
+ * the argmax in *next). */
 static int prefill(run *r, const int32_t *prompt, size_t n, gen *g, int32_t *next) {
     double t0 = cli_now();
     if (n > 1 && r->be->prefill) {
