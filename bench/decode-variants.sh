@@ -14,7 +14,9 @@
 # BIN=build-trace/bin) each first run also records the timeline of decode token N
 # (THIN_CUDA_TRACE) and bench/trace-summary.py prints where its time went; the probes cost a few
 # per cent, so speeds are best compared in a build without them.
-# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"); VARIANTS; REPEAT (3).
+# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"); VARIANTS; REPEAT (3);
+# DECODE_ARGS, thin-run's choice of the next token (default "-t 0", greedy; e.g. "-t 0.8 --top-p
+# 0.95 --seed 1" for sampling, whose ids then compare across variants for the same seed).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-${OUT:-decode-variants-out}}
@@ -25,6 +27,7 @@ MODELS=${MODELS:-s3 s3q}
 VARIANTS=${VARIANTS:--}
 REPEAT=${REPEAT:-3}
 TRACE=${TRACE:-0}
+DECODE_ARGS=${DECODE_ARGS:--t 0}
 mkdir -p "$OUTDIR" "$WORK"
 [ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 . bench/variants-lib.sh
@@ -46,7 +49,7 @@ decode_variant() {
         tr=; [ $r = 0 ] && [ "$TRACE" -gt 0 ] && \
             tr="THIN_CUDA_TRACE=$TRACE THIN_CUDA_TRACE_FILE=$OUTDIR/trace-$m-$vi.csv"
         env $envw $tr "$run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
-            --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
+            --ids "$PROMPT16" -n 128 $DECODE_ARGS --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
         d=$(jget "$OUTDIR/$m-$vi.json" decode_tok_s)
         [ -n "$d" ] && best=$(python3 -c "import sys;print(max(float(sys.argv[1]),float(sys.argv[2])))" "$best" "$d")
         [ $r = 0 ] && cp "$OUTDIR/$m-$vi.json" "$OUTDIR/$m-$vi-first.json"
