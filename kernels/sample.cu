@@ -90,20 +90,22 @@ __global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_
     }
 }
 
+static cudaError_t argmax_launches(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
+                                   float2 *partial, const int32_t *pos, int32_t *next, int32_t *ring,
+                                   cudaStream_t st) {
+    cudaError_t e = launch_k(argmax_partial_kernel, dim3(ARGMAX_PARTS, n), dim3(256), 0, st, x, ld, cols, partial);
+    if (e != cudaSuccess) return e;
+    return launch_k(argmax_final_kernel, dim3(n), dim3(128), 0, st, out, partial, ARGMAX_PARTS, pos, next, ring);
+}
+
 cudaError_t launch_argmax(int32_t *out, const float *x, uint32_t ld, uint32_t cols, uint32_t n,
                           float2 *partial, cudaStream_t st) {
-    dim3 grid(ARGMAX_PARTS, n);
-    cudaError_t e = launch_k(argmax_partial_kernel, dim3(grid), dim3(256), 0, st, x, ld, cols, partial);
-    if (e != cudaSuccess) return e;
-    return launch_k(argmax_final_kernel, dim3(n), dim3(128), 0, st, out, partial, ARGMAX_PARTS,
-                    (const int32_t *)NULL, (int32_t *)NULL, (int32_t *)NULL);
+    return argmax_launches(out, x, ld, cols, n, partial, NULL, NULL, NULL, st);
 }
 
 cudaError_t launch_argmax_next(int32_t *out, const float *x, uint32_t cols, float2 *partial, const int32_t *pos,
                                int32_t *next, int32_t *ring, cudaStream_t st) {
-    cudaError_t e = launch_k(argmax_partial_kernel, dim3(ARGMAX_PARTS, 1), dim3(256), 0, st, x, cols, cols, partial);
-    if (e != cudaSuccess) return e;
-    return launch_k(argmax_final_kernel, dim3(1), dim3(128), 0, st, out, partial, ARGMAX_PARTS, pos, next, ring);
+    return argmax_launches(out, x, cols, cols, 1, partial, pos, next, ring, st);
 }
 
 /* ---- sampling (sampler.h's semantics, on the device) ----
@@ -246,6 +248,50 @@ __device__ unsigned long long block_scan_u64(unsigned long long v) {
     return ws[warp] + inc - v;
 }
 
+/* The weight of id i in samp_id_walk: with by_rank, 1 for a candidate whose p has the float bits
+ * `bits` (the members of a group of equal p), else a candidate's mass. */
+__device__ __forceinline__ unsigned long long samp_id_weight(const float *pf, uint32_t i, bool by_rank,
+                                                             uint32_t bits) {
+    const float p = pf[i];
+    if (p < 0.0f) return 0;
+    return by_rank ? (unsigned long long)(__float_as_uint(p) == bits) : samp_fx(p);
+}
+
+/* What samp_id_walk found. */
+struct samp_id_found {
+    int32_t id;                 /* -1 when the total is 0 */
+    unsigned long long target;  /* the target used */
+};
+
+/* The first id i at which the cumulative weight of ids 0..i (samp_id_weight), in ascending id,
+ * passes target, with target first brought below the row's total (the walk then ends inside the
+ * row). Each thread sums a contiguous share of the ids; the thread whose share holds the crossing
+ * walks it. */
+__device__ __forceinline__ samp_id_found samp_id_walk(const float *pf, uint32_t cols, bool by_rank, uint32_t bits,
+                                                      unsigned long long target) {
+    __shared__ int32_t found;
+    __shared__ unsigned long long total;
+    const uint32_t per = (cols + SAMP_T - 1) / SAMP_T, i0 = min(threadIdx.x * per, cols), i1 = min(i0 + per, cols);
+    unsigned long long s = 0;
+    for (uint32_t i = i0; i < i1; i++) s += samp_id_weight(pf, i, by_rank, bits);
+    unsigned long long cum = block_scan_u64(s);
+    if (threadIdx.x == SAMP_T - 1) total = cum + s;
+    if (threadIdx.x == 0) found = -1;
+    __syncthreads();
+    if (total == 0) return {-1, target};
+    if (target >= total) target = total - 1;
+    if (cum <= target && target < cum + s)
+        for (uint32_t i = i0; i < i1; i++)
+            if (target < (cum += samp_id_weight(pf, i, by_rank, bits))) {
+                found = (int32_t)i;
+                break;
+            }
+    __syncthreads();
+    const int32_t id = found;
+    __syncthreads(); /* read by every thread before another walk resets it */
+    return {id, target};
+}
+
 /* Where a walk stands: the weight before the current bucket or element, and the element found. */
 struct samp_walk {
     unsigned long long base_c, base_m; /* count and mass of the elements before it */
@@ -295,7 +341,6 @@ __device__ void samp_walk_run(const float *pf, uint32_t cols, const samp_scratch
                               unsigned long long *hm, bool by_mass, unsigned long long goal, bool strict,
                               samp_walk *w, unsigned long long *cum_c, unsigned long long *cum_m) {
     __shared__ uint32_t dig;
-    __shared__ unsigned long long rank_base;
     __syncthreads(); /* the previous walk's results have been read */
     if (threadIdx.x == 0) w->base_c = 0, w->base_m = 0, w->id = 0, dig = 0;
     for (uint32_t b = threadIdx.x; b < 2048; b += SAMP_T) hc[b] = sc->hcount[b], hm[b] = sc->hmass[b];
@@ -329,46 +374,31 @@ __device__ void samp_walk_run(const float *pf, uint32_t cols, const samp_scratch
     unsigned long long j = 1;
     if (wt > 0 && goal >= before) j = strict ? (goal - before) / wt + 1 : (goal - before + wt - 1) / wt;
     if (j < 1) j = 1;
-    /* the j-th of them in id order: each thread counts its contiguous share of ids */
-    const uint32_t per = (cols + SAMP_T - 1) / SAMP_T, i0 = threadIdx.x * per;
-    const uint32_t i1 = i0 + per < cols ? i0 + per : cols;
-    unsigned long long n = 0;
-    for (uint32_t i = i0; i < i1; i++) n += pf[i] >= 0.0f && __float_as_uint(pf[i]) == prefix;
-    unsigned long long tot;
-    const unsigned long long ex = block_scan_u64(n);
-    if (threadIdx.x == SAMP_T - 1) rank_base = ex + n;
-    __syncthreads();
-    tot = rank_base;
-    if (j > tot) j = tot; /* cannot happen for a reachable goal; keeps the walk inside the group */
-    if (ex < j && j <= ex + n) {
-        unsigned long long r = ex;
-        for (uint32_t i = i0; i < i1; i++)
-            if (pf[i] >= 0.0f && __float_as_uint(pf[i]) == prefix && ++r == j) {
-                w->id = i;
-                break;
-            }
-    }
-    __syncthreads();
+    /* the j-th of them in id order (the walk keeps j inside the group, which a reachable goal
+     * never leaves) */
+    const samp_id_found f = samp_id_walk(pf, cols, true, prefix, j - 1);
+    j = f.target + 1;
+    if (threadIdx.x == 0) w->id = (uint32_t)f.id;
     *cum_c = w->base_c + j;
     *cum_m = w->base_m + j * samp_fx(pv);
 }
 
-__global__ void __launch_bounds__(SAMP_T) samp_select_kernel(const float *pf, uint32_t cols, uint32_t top_k,
-                                                              float top_p, float coin, const samp_scratch *sc,
-                                                              int32_t *out) {
+/* One block of SAMP_T threads, the registers of a whole SM (an explicit one block an SM: without it
+ * ptxas held the kernel to 32 registers and spilled). */
+__global__ void __launch_bounds__(SAMP_T, 1) samp_select_kernel(const float *pf, uint32_t cols, uint32_t top_k,
+                                                                 float top_p, float coin, const samp_scratch *sc,
+                                                                 int32_t *out) {
     pdl_trigger();
     pdl_wait();
     __shared__ unsigned int hc[2048];
     __shared__ unsigned long long hm[2048];
     __shared__ samp_walk w;
     __shared__ unsigned long long tot_c, tot_m;
-    __shared__ int32_t pick;
     /* totals over the candidates */
     unsigned long long c = 0, m = 0;
     for (uint32_t b = threadIdx.x * 2; b < threadIdx.x * 2 + 2; b++) c += sc->hcount[b], m += sc->hmass[b];
     const unsigned long long ec = block_scan_u64(c), em = block_scan_u64(m);
     if (threadIdx.x == SAMP_T - 1) tot_c = ec + c, tot_m = em + m;
-    if (threadIdx.x == 0) pick = -1;
     __syncthreads();
     unsigned long long mass = tot_m;
     if (tot_c == 0) {
@@ -376,23 +406,11 @@ __global__ void __launch_bounds__(SAMP_T) samp_select_kernel(const float *pf, ui
         return;
     }
     if (top_k == 0 && top_p >= 1.0f) {
-        /* every candidate, in ascending id: the first whose cumulative mass passes coin · mass */
+        /* every candidate, in ascending id: the first whose cumulative mass passes coin · mass
+         * (the walk's total is this mass, below which it keeps r) */
         unsigned long long r = (unsigned long long)((double)coin * (double)mass);
-        if (r >= mass) r = mass - 1;
-        const uint32_t per = (cols + SAMP_T - 1) / SAMP_T, i0 = threadIdx.x * per;
-        const uint32_t i1 = i0 + per < cols ? i0 + per : cols;
-        unsigned long long s = 0;
-        for (uint32_t i = i0; i < i1; i++)
-            if (pf[i] >= 0.0f) s += samp_fx(pf[i]);
-        unsigned long long cum = block_scan_u64(s);
-        if (cum <= r && r < cum + s)
-            for (uint32_t i = i0; i < i1; i++)
-                if (pf[i] >= 0.0f && r < (cum += samp_fx(pf[i]))) {
-                    pick = (int32_t)i;
-                    break;
-                }
-        __syncthreads();
-        if (threadIdx.x == 0) *out = pick;
+        const samp_id_found f = samp_id_walk(pf, cols, false, 0, r);
+        if (threadIdx.x == 0) *out = f.id;
         return;
     }
     unsigned long long cc, cm;
