@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cuda_session.cuh"
-#include "../tools/thin-run/sampler.h"
 #include "matvec_dev.cuh"
 
 #define MAX_BATCH 512u
@@ -382,6 +381,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     gemm_lt_destroy(s->lt);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
+    if (s->h_row) sampler_free(&s->h_smp);
     free(s->h_row);
     if (s->h_ring) cudaFreeHost(s->h_ring);
     for (int k = 0; k < 2; k++)
@@ -564,12 +564,7 @@ extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos,
     s->cur_pos = pos;
     s->last_row = 0;
     if (!queued) {
-        s->h_io[0] = (int32_t)pos;
-        s->h_io[1] = token;
-        CK(s, cudaMemcpyAsync(s->d_io, s->h_io, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, s->st));
-        s->short_now = pos < s->attn_short;
-        s->n_decoded++;
-        if (exec_decode_graph(s)) return -1;
+        if (forward_one(s, token, pos)) return -1;
         CK(s, cudaEventRecord(s->ev_step[pos & 1], s->st));
     }
     if (ahead && thin_cuda_ahead && pos + 1 < s->max_ctx) { /* the next step, its input left by this one's argmax */
@@ -608,14 +603,19 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         return 0;
     }
     if (!thin_cuda_device_sample) { /* the row to the host and the CPU sampler there */
-        if (!s->h_row && !(s->h_row = (float *)malloc((size_t)vocab * sizeof(float))))
-            return cuda_failf(s, "out of memory");
+        if (!s->h_row) { /* once: the row and the sampler's candidates (the draw is `coin`) */
+            if (!(s->h_row = (float *)malloc((size_t)vocab * sizeof(float))) ||
+                sampler_init(&s->h_smp, vocab, temperature, top_k, top_p, 0)) {
+                if (s->h_row) sampler_free(&s->h_smp);
+    free(s->h_row);
+                s->h_row = NULL;
+                return cuda_failf(s, "out of memory");
+            }
+        }
+        s->h_smp.temperature = temperature, s->h_smp.top_k = top_k, s->h_smp.top_p = top_p;
         CK(s, cudaMemcpyAsync(s->h_row, row, (size_t)vocab * sizeof(float), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
-        sampler smp;
-        if (sampler_init(&smp, vocab, temperature, top_k, top_p, 0)) return cuda_failf(s, "out of memory");
-        *token = sampler_pick(&smp, s->h_row, coin);
-        sampler_free(&smp);
+        *token = sampler_pick(&s->h_smp, s->h_row, coin);
         return 0;
     }
     CK(s, launch_sample(row, vocab, temperature, top_k, top_p, coin, s->d_samp, s->d_prob, s->d_argmax, s->st));

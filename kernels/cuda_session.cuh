@@ -12,6 +12,7 @@
 #include "../tools/thin-run/backend.h"
 #include "cuda_backend.h"
 #include "cuda_common.cuh"
+#include "../tools/thin-run/sampler.h"
 
 /* Records a failed CUDA call (file:line, the call, the error string) into the session's message
  * and returns -1 from the calling function. */
@@ -126,7 +127,8 @@ struct cuda_session {
     uint32_t attn_max_heads, attn_max_head_dim, attn_min_kv;
     void *d_samp;           /* sample_scratch_bytes() */
     float *d_prob;          /* vocab: the probabilities of a sampled row */
-    float *h_row;           /* vocab, THIN_CUDA_SAMPLE=host only: the row on the host */
+    float *h_row;           /* vocab, THIN_CUDA_SAMPLE=host only: the row on the host, */
+    sampler h_smp;          /* and the CPU sampler that draws from it (set up with h_row) */
     int32_t *h_io;          /* pinned: [0] pos, [1..max_batch] tokens, then max_batch argmax ids */
     int32_t *h_am;          /* h_io + 1 + max_batch */
     /* greedy steps queued ahead of the host (cuda_session_greedy): each decode graph's argmax
