@@ -520,6 +520,9 @@ cudaError_t launch_gemm(const dmat *w, const float *x, uint32_t ldx, float *out,
 cudaError_t launch_gemm_segs(const dmat *const *w, float *const *out, const uint32_t *ldo, int nseg,
                              const float *x, uint32_t ldx, float *resid, uint32_t ldr, uint32_t n, int n_sm,
                              cudaStream_t st);
+/* Whether launch_gemm_segs takes these nseg weights (BF16 or FP8, rows padded to 32 columns, one
+ * dtype, layout and column count). */
+int gemm_segs_fit(const dmat *const *w, int nseg);
 /* thin_cuda_gemm_t = 1 (env THIN_CUDA_GEMM_T=1): gemm.cu's kernel reads the MLP kernel's transposed
  * down projections as stored in a prefill; else they are transposed back into a scratch first
  * (the default until the direct form has been timed and checked on the GPU). */

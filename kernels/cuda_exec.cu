@@ -132,16 +132,14 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
         const dmat *ws[3];
         float *outs[3];
         uint32_t lds[3];
-        int ok = st->nseg <= 3;
-        for (int k = 0; ok && k < st->nseg; k++) {
+        const int ns = st->nseg <= 3 ? st->nseg : 0;
+        for (int k = 0; k < ns; k++) {
             const plan_op *o = &p->ops[st->lin[k]];
             ws[k] = &s->w[s->op_w[st->lin[k]]];
             outs[k] = s->buf[o->out];
             lds[k] = ld_of(s, o->out);
-            ok = gemmable(ws[k]) && !ws[k]->trans && ws[k]->dtype == ws[0]->dtype && ws[k]->cols == ws[0]->cols &&
-                 ws[k]->pitch == ws[0]->pitch;
         }
-        if (ok) {
+        if (ns && !ws[0]->trans && gemm_segs_fit(ws, ns)) {
             CK(s, launch_gemm_segs(ws, outs, lds, st->nseg, s->buf[in], ld_of(s, in), NULL, 0, n, s->n_sm, s->st));
             return silu_pair(s, st, n);
         }

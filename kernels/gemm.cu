@@ -389,20 +389,28 @@ static cudaError_t launch_dt(const gm_args &a, uint32_t row_tiles, uint32_t bn, 
 #undef GM_L
 }
 
+int gemm_segs_fit(const dmat *const *w, int nseg) {
+    if (nseg < 1 || nseg > GM_SEGS) return 0;
+    for (int k = 0; k < nseg; k++) {
+        const dmat *wk = w[k];
+        if (wk->pitch % GM_BK != 0) return 0;
+        if (wk->dtype != THIN_DTYPE_BF16 && wk->dtype != THIN_DTYPE_F8_E4M3) return 0;
+        if (k > 0 && (wk->dtype != w[0]->dtype || wk->trans != w[0]->trans || wk->cols != w[0]->cols ||
+                      wk->pitch != w[0]->pitch))
+            return 0;
+    }
+    return 1;
+}
+
 cudaError_t launch_gemm_segs(const dmat *const *w, float *const *out, const uint32_t *ldo, int nseg,
                              const float *x, uint32_t ldx, float *resid, uint32_t ldr, uint32_t n, int n_sm,
                              cudaStream_t st) {
-    if (nseg < 1 || nseg > GM_SEGS || (nseg > 1 && resid)) return cudaErrorInvalidValue;
+    if (!gemm_segs_fit(w, nseg) || (nseg > 1 && resid)) return cudaErrorInvalidValue;
     gm_args a;
     memset(&a, 0, sizeof a);
     uint32_t row_tiles = 0;
     for (int k = 0; k < nseg; k++) {
         const dmat *wk = w[k];
-        if (wk->pitch % GM_BK != 0) return cudaErrorInvalidValue;
-        if (wk->dtype != THIN_DTYPE_BF16 && wk->dtype != THIN_DTYPE_F8_E4M3) return cudaErrorInvalidValue;
-        if (k > 0 && (wk->dtype != w[0]->dtype || wk->trans != w[0]->trans || wk->cols != w[0]->cols ||
-                      wk->pitch != w[0]->pitch))
-            return cudaErrorInvalidValue;
         a.w[k] = *wk;
         a.out[k] = out[k];
         a.ldo[k] = ldo[k];
