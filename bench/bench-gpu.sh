@@ -33,8 +33,7 @@ TABLE=$OUTDIR/table.txt
 
 say() { echo "$*" | tee -a "$LOG"; }
 row() { printf '%-46s %s\n' "$1" "$2" | tee -a "$TABLE" >>"$LOG"; }
-# jget FILE KEY: a number from thin-run's --json output.
-jget() { python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null; }
+. bench/variants-lib.sh
 now() { date +%s.%N; }
 since() { python3 -c "import sys,time;print(time.time()-float(sys.argv[1]))" "$1"; }
 fmt() { python3 -c "import sys;print(f'{float(sys.argv[1]):.{int(sys.argv[2])}f}')" "$1" "$2" 2>/dev/null || echo "$1"; }
@@ -157,7 +156,7 @@ for m in s3 s3q; do
     row "$name decode tok/s, split attention (THIN_CUDA_CLUSTER=0)" "$(fmt "$(jget "$WORK/$m-nocl.json" decode_tok_s)" 1)"
     THIN_CUDA_FUSE=0 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos --json >"$WORK/$m-nofuse.json" 2>>"$LOG"
     row "$name decode tok/s unfused (THIN_CUDA_FUSE=0)" "$(fmt "$(jget "$WORK/$m-nofuse.json" decode_tok_s)" 1)"
-    python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" "$WORK/$m-d.json" "$WORK/$m-nofuse.json" >"$WORK/same.txt" 2>&1
+    same_ids "$WORK/$m-d.json" "$WORK/$m-nofuse.json" >"$WORK/same.txt"
     row "$name greedy ids fused = unfused" "$(cat "$WORK/same.txt")"
     if [ "${PROFILE:-0}" = 1 ]; then
         THIN_CUDA_PROFILE=1 $RUN "$WORK/$m.thin" --ids "$PROMPT16" -n 128 -t 0 --ignore-eos -q >/dev/null 2>"$OUTDIR/profile-$m.txt"

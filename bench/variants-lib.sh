@@ -1,6 +1,6 @@
 # shellcheck shell=sh disable=SC2034
-# Sourced by bench/decode-variants.sh and bench/prefill-variants.sh: their loop over models and
-# environment variants.
+# Sourced by bench/decode-variants.sh, bench/prefill-variants.sh and bench/bench-gpu.sh: the loop
+# over models and environment variants, and the reading of thin-run's --json output.
 #
 # for_each_variant FN: for each model m of MODELS whose $WORK/$m.thin exists and each variant v
 # of VARIANTS (';'-separated lists of VAR=value words, '-' for the defaults; a word RUN=path runs
@@ -29,4 +29,9 @@ for_each_variant() {
 same_ids() {
     python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);print('same' if a==b else 'DIFFER')" \
         "$1" "$2" 2>/dev/null
+}
+
+# jget FILE KEY: one value of thin-run's --json output FILE (empty when it has none).
+jget() {
+    python3 -c "import json,sys;print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null
 }
