@@ -463,6 +463,7 @@ struct mv_seg {
     dmat w;
     float *out;          /* w.rows floats */
     const double *freq;  /* rope: head_dim/2 inverse frequencies, or NULL (no rotation) */
+    float rope_m;        /* rope: factor on cos and sin (LongRoPE's attention factor; else 1) */
     void *cache;         /* rope: [ctx][w.rows] KV cache of kv_dtype, or NULL (q) */
 };
 struct mv_args {
@@ -583,6 +584,7 @@ struct rope_args {
     float *q;            /* n rows of ldq floats: n_heads × head_dim */
     uint32_t ldq, n_heads;
     const double *q_freq;/* or NULL: no rope on q */
+    float q_m, k_m;      /* factors on cos and sin (LongRoPE's attention factor; else 1) */
     float *k;            /* n rows of ldk floats: n_kv × head_dim, or NULL */
     uint32_t ldk, n_kv;
     const double *k_freq;/* or NULL: no rope on k */

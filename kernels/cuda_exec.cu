@@ -19,6 +19,11 @@ static inline float *row_of(const cuda_session *s, int b, uint32_t r) {
     return s->buf[b] + (size_t)r * ld_of(s, b);
 }
 
+/* The factor on a ROPE op's cos and sin (LongRoPE's attention factor; 0 in the plan means 1). */
+static float rope_scale(const plan_op *o) {
+    return o->rope_scale > 0 ? o->rope_scale : 1.0f;
+}
+
 /* The rope and KV-store epilogue of a q, k, v group (step attn_step's rope ops and caches). */
 static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     const step *at = &s->steps[st->attn_step];
@@ -29,6 +34,8 @@ static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     a->pos = s->d_pos;
     a->seg[0].freq = at->rope_q >= 0 ? s->op_freq[at->rope_q] : NULL;
     a->seg[1].freq = at->rope_k >= 0 ? s->op_freq[at->rope_k] : NULL;
+    a->seg[0].rope_m = at->rope_q >= 0 ? rope_scale(&s->p->ops[at->rope_q]) : 1.0f;
+    a->seg[1].rope_m = at->rope_k >= 0 ? rope_scale(&s->p->ops[at->rope_k]) : 1.0f;
     a->seg[1].cache = s->op_kc[at->op];
     a->seg[2].cache = s->op_vc[at->op];
 }
@@ -241,10 +248,12 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.ldq = ld_of(s, a->q);
     r.n_heads = a->n_heads;
     r.q_freq = st->rope_q >= 0 ? s->op_freq[st->rope_q] : NULL;
+    r.q_m = st->rope_q >= 0 ? rope_scale(&p->ops[st->rope_q]) : 1.0f;
     r.k = s->buf[a->k];
     r.ldk = ld_of(s, a->k);
     r.n_kv = a->n_kv_heads;
     r.k_freq = st->rope_k >= 0 ? s->op_freq[st->rope_k] : NULL;
+    r.k_m = st->rope_k >= 0 ? rope_scale(&p->ops[st->rope_k]) : 1.0f;
     r.v = s->buf[a->v];
     r.ldv = ld_of(s, a->v);
     r.kcache = s->op_kc[st->op];
@@ -284,6 +293,7 @@ static int run_rope(cuda_session *s, const step *st, uint32_t n) {
     r.ldq = ld_of(s, o->in);
     r.n_heads = o->n_heads;
     r.q_freq = s->op_freq[st->op];
+    r.q_m = rope_scale(o);
     r.head_dim = o->head_dim;
     r.pos = s->d_pos;
     CK(s, launch_rope_store(&r, n, s->st));

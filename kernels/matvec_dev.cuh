@@ -166,7 +166,7 @@ __device__ __forceinline__ float2 rope_rot(const mv_args &a, int s, uint32_t rr)
     const uint32_t i = (uint32_t)((g.w.row0 + rr) % a.head_dim);
     double sn, cs;
     sincos((double)*a.pos * g.freq[i], &sn, &cs);
-    return make_float2((float)cs, (float)sn);
+    return make_float2((float)cs * g.rope_m, (float)sn * g.rope_m);
 }
 
 /* A dual unit r's second row: r + dual_half(a) (when below the rows); dual units: dual_half(a). */

@@ -67,9 +67,10 @@ int op_cpu_avx512(int force);
 
 /* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within each head of head_dim,
  * dims i and i + head_dim/2 rotate by angle pos * theta^(-2i/head_dim), i < head_dim/2.
- * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. */
+ * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. cos and sin
+ * are multiplied by `scale` (1, or LongRoPE's attention factor). */
 void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float theta,
-             const float *inv_freq);
+             const float *inv_freq, float scale);
 
 /* Single-token grouped-query attention. q: n_heads × head_dim. Caches hold n_pos positions, each
  * n_kv_heads × head_dim elements of kv_dtype (F32 or BF16), position p at p * kv_dim.

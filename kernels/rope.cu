@@ -5,10 +5,11 @@
  */
 #include "cuda_common.cuh"
 
-__device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double f, double p) {
+__device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double f, double p,
+                                    float m) {
     double s, c;
     sincos(p * f, &s, &c);
-    float cf = (float)c, sf = (float)s;
+    float cf = (float)c * m, sf = (float)s * m;
     float x0 = x[i], x1 = x[i + half];
     x[i] = x0 * cf - x1 * sf;
     x[i + half] = x0 * sf + x1 * cf;
@@ -25,7 +26,7 @@ __global__ void rope_store_kernel(const rope_args a) {
         float *q = a.q + (size_t)row * a.ldq;
         for (uint32_t t = threadIdx.x; t < a.n_heads * half; t += blockDim.x) {
             uint32_t h = t / half, i = t % half;
-            rot(q + (size_t)h * hd, i, half, a.q_freq[i], p);
+            rot(q + (size_t)h * hd, i, half, a.q_freq[i], p, a.q_m);
         }
     }
     if (!a.k) return;
@@ -34,7 +35,7 @@ __global__ void rope_store_kernel(const rope_args a) {
     for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
         uint32_t h = t / half, i = t % half;
         float *kh = k + (size_t)h * hd;
-        if (a.k_freq) rot(kh, i, half, a.k_freq[i], p);
+        if (a.k_freq) rot(kh, i, half, a.k_freq[i], p, a.k_m);
         if (a.kcache) {
             store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i, kh[i]);
             store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i + half, kh[i + half]);

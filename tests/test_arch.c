@@ -215,6 +215,68 @@ static void test_rope_parameters(void **state)
     (void)state;
 }
 
+/* The rope op's scaling of a LongRoPE config: Phi-3's top-level original_max_position_embeddings
+ * and the factor max_position_embeddings / original join the object (old "su" name too); an
+ * object that has them keeps its own; transformers 5's rope_parameters form the same. */
+static const json_t *rope_scaling_of(const arch_model *m)
+{
+    for (size_t i = 0; i < n_ops(m); i++)
+        if (strcmp(field(op(m, i), "op"), "rope") == 0)
+            return json_object_get(op(m, i), "scaling");
+    return NULL;
+}
+
+static void test_longrope_scaling(void **state)
+{
+    json_t *cfg = json_pack("{s[s] si si si si si si si si sb}", "architectures", "LlamaForCausalLM",
+                            "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 2,
+                            "num_attention_heads", 4, "num_key_value_heads", 2, "vocab_size", 100,
+                            "max_position_embeddings", 131072,
+                            "original_max_position_embeddings", 4096, "tie_word_embeddings", 1);
+    json_t *set = llama_tensors(2, 32, 64, 4, 2, 8, 100, 0, 0);
+    const char *types[] = {"longrope", "su"};
+    arch_model m;
+    for (int t = 0; t < 2; t++) {
+        json_object_set_new(cfg, "rope_scaling", json_pack("{ss s[ffff] s[ffff]}", "type", types[t],
+                                                           "short_factor", 1.0, 1.0, 1.1, 1.2,
+                                                           "long_factor", 1.0, 2.0, 4.0, 8.0));
+        assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+        assert_non_null(m.tape);
+        const json_t *sc = rope_scaling_of(&m);
+        assert_int_equal(json_integer_value(json_object_get(sc, "original_max_position_embeddings")),
+                         4096);
+        assert_true(json_real_value(json_object_get(sc, "factor")) == 32.0);
+        assert_int_equal(json_array_size(json_object_get(sc, "long_factor")), 4);
+        sc = json_object_get(m.hparams, "rope_scaling");
+        assert_true(json_real_value(json_object_get(sc, "factor")) == 32.0);
+        arch_model_free(&m);
+    }
+    /* the config's own rope_scaling object is left as it was */
+    assert_null(json_object_get(json_object_get(cfg, "rope_scaling"), "factor"));
+    json_object_set_new(json_object_get(cfg, "rope_scaling"), "factor", json_real(16.0));
+    json_object_set_new(json_object_get(cfg, "rope_scaling"), "original_max_position_embeddings",
+                        json_integer(8192));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    const json_t *sc = rope_scaling_of(&m);
+    assert_int_equal(json_integer_value(json_object_get(sc, "original_max_position_embeddings")),
+                     8192);
+    assert_true(json_real_value(json_object_get(sc, "factor")) == 16.0);
+    arch_model_free(&m);
+    json_object_del(cfg, "rope_scaling");
+    json_object_set_new(cfg, "rope_parameters",
+                        json_pack("{sf ss s[ffff] s[ffff] si}", "rope_theta", 1e4, "rope_type",
+                                  "longrope", "short_factor", 1.0, 1.0, 1.1, 1.2, "long_factor",
+                                  1.0, 2.0, 4.0, 8.0, "original_max_position_embeddings", 4096));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    sc = rope_scaling_of(&m);
+    assert_string_equal(json_string_value(json_object_get(sc, "rope_type")), "longrope");
+    assert_true(json_real_value(json_object_get(sc, "factor")) == 32.0);
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+    (void)state;
+}
+
 static void test_qwen3_head_norms_and_scaling(void **state)
 {
     json_t *cfg = json_pack("{s[s] si si si si si si si sb s{ss sf}}", "architectures",
@@ -432,7 +494,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_tape),
         cmocka_unit_test(test_smollm3_no_rope_layers),
-        cmocka_unit_test(test_rope_parameters),
+        cmocka_unit_test(test_rope_parameters), cmocka_unit_test(test_longrope_scaling),
         cmocka_unit_test(test_qwen3_head_norms_and_scaling),
         cmocka_unit_test(test_qwen2_biases),
         cmocka_unit_test(test_sliding_window),

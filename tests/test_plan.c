@@ -286,6 +286,70 @@ static void test_bad_tapes_are_refused(void **state) {
     expect_error(t, THIN_E_BAD_MANIFEST, "rows", 0);
 }
 
+/* The tape with a LongRoPE scaling object (head_dim 4: two factors each) on both rope ops; sc is
+ * stolen. */
+static json_t *tape_longrope(json_t *sc) {
+    json_t *t = tape();
+    for (int i = 5; i <= 6; i++)
+        json_object_set(json_array_get(json_object_get(t, "ops"), i), "scaling", sc);
+    json_decref(sc);
+    return t;
+}
+
+static json_t *longrope(void) {
+    return json_pack("{ss s[ff] s[ff] si sf}", "rope_type", "longrope", "short_factor", 1.0, 1.5,
+                     "long_factor", 2.0, 4.0, "original_max_position_embeddings", 16, "factor", 2.0);
+}
+
+/* LongRoPE: both tables built, the long one for the model's 32 positions (past the original 16)
+ * and the short one once plan_set_ctx fits the plan to 16; cos and sin scaled by
+ * sqrt(1 + ln 2 / ln 16); bad factor lists refused. */
+static void test_longrope(void **state) {
+    (void)state;
+    built b;
+    build(&b, (variant){tape_longrope(longrope()), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    const plan_op *r = &b.p.ops[5];
+    assert_int_equal(r->kind, PLAN_ROPE);
+    assert_ptr_equal(r->inv_freq, r->longrope[1]);
+    assert_float_equal(r->longrope[0][1], 1.0 / (1.5 * 100.0), 1e-9);
+    assert_float_equal(r->longrope[1][0], 0.5, 1e-9);
+    assert_float_equal(r->longrope[1][1], 1.0 / 400.0, 1e-9);
+    assert_float_equal(r->rope_scale, sqrt(1.0 + log(2.0) / log(16.0)), 1e-6);
+    float lg[VOCAB], sh[VOCAB], lg2[VOCAB];
+    run3(&b.p, lg);
+    plan_set_ctx(&b.p, 16);
+    assert_ptr_equal(r->inv_freq, r->longrope[0]);
+    assert_ptr_equal(b.p.ops[6].inv_freq, b.p.ops[6].longrope[0]);
+    run3(&b.p, sh);
+    plan_set_ctx(&b.p, 0);
+    assert_ptr_equal(r->inv_freq, r->longrope[1]);
+    run3(&b.p, lg2);
+    assert_memory_equal(lg, lg2, sizeof lg);
+    double d = 0;
+    for (int i = 0; i < VOCAB; i++) d = fmax(d, fabs((double)lg[i] - sh[i]));
+    assert_true(d > 1e-6); /* the same table gives the same bits (lg2), the other moves them */
+    unbuild(&b);
+    json_t *sc = longrope();
+    json_object_del(sc, "factor"); /* the factor defaults to 32 / 16 positions */
+    build(&b, (variant){tape_longrope(sc), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_float_equal(b.p.ops[5].rope_scale, sqrt(1.0 + log(2.0) / log(16.0)), 1e-6);
+    unbuild(&b);
+    sc = longrope();
+    json_object_del(sc, "original_max_position_embeddings");
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "original_max_position_embeddings", 0);
+    sc = longrope();
+    json_array_append_new(json_object_get(sc, "short_factor"), json_real(2.0));
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "short_factor is not a list", 0);
+    sc = longrope();
+    json_array_set_new(json_object_get(sc, "long_factor"), 1, json_real(-1.0));
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "long_factor[1]", 0);
+    sc = longrope();
+    json_object_set_new(sc, "attention_factor", json_string("x"));
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "attention_factor", 0);
+}
+
 /* The tape with a bias op after the v projection adding k_proj.bias into buffer `out`. */
 static json_t *tape_bias(const char *out) {
     json_t *t = tape();
@@ -401,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_good_tape_compiles_and_runs),
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
         cmocka_unit_test(test_bias_op),
+        cmocka_unit_test(test_longrope),
         cmocka_unit_test(test_bad_tapes_are_refused),
         cmocka_unit_test(test_split_over_devices),
     };

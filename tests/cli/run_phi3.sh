@@ -2,7 +2,9 @@
 # A Phi-3-shaped model (fused qkv_proj and gate_up_proj): its tape reads q, k and v (gate and up)
 # as row ranges of the fused weight, and the teacher-forced logits match the fixture's float64
 # reference within 1e-4 (F32 KV cache), whole and split over 2 devices; the quality profile puts
-# the fused gate/up in FP8 with per-row scales and stays close.
+# the fused gate/up in FP8 with per-row scales and stays close. With LongRoPE (Phi-3-mini-128k's and
+# Phi-3.5-mini's rope_scaling), a context of up to original_max_position_embeddings takes the short
+# factors and a longer one the long factors, each matching its float64 reference.
 set -e
 P="$FIX/phi3-tiny"
 "$BIN/thin-pack" -q "$P" -o "$T/p.thin"
@@ -19,4 +21,20 @@ grep -q 'w=model.layers.0.mlp.gate_up_proj.weight in=h out=u split=col rows=\[12
 "$BIN/thin-run" "$T/q.thin" --device cpu --kv-dtype f32 --score "$P/ids.txt" --out "$T/q.f32"
 echo "quality profile (FP8 gate_up):"
 "$BIN/thin-compare" "$P/logits.f32" "$T/q.f32" --vocab 96 --summary --min-cosine 0.9999 --min-top1 1
+R="$FIX/phi3-longrope"
+"$BIN/thin-pack" -q "$R" -o "$T/r.thin"
+"$BIN/thin-inspect" --json "$T/r.thin" | grep -q '"original_max_position_embeddings": 16'
+"$BIN/thin-run" "$T/r.thin" --device cpu --kv-dtype f32 --ctx 16 --score "$R/ids.txt" --out "$T/rs.f32"
+echo "longrope, short factors (--ctx 16):"
+"$BIN/thin-compare" "$R/logits.f32" "$T/rs.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+"$BIN/thin-run" "$T/r.thin" --device cpu --kv-dtype f32 --score "$R/ids.txt" --out "$T/rl.f32"
+echo "longrope, long factors (the model's 64 positions):"
+"$BIN/thin-compare" "$R/logits-long.f32" "$T/rl.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+"$BIN/thin-run" "$T/r.thin" --device cpu --kv-dtype f32 --shards 2 --score "$R/ids.txt" \
+    --out "$T/rl2.f32"
+"$BIN/thin-compare" "$R/logits-long.f32" "$T/rl2.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+if "$BIN/thin-compare" "$R/logits.f32" "$T/rl.f32" --vocab 96 --max-abs 1e-2 > /dev/null 2>&1; then
+    echo "the long factors changed nothing" >&2
+    exit 1
+fi
 echo ok

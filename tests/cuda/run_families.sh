@@ -1,8 +1,9 @@
 #!/bin/sh
 # The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (ops of their own) and
-# Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight). Each one's teacher-forced
-# logits match the fixture's float64 reference (F32 weights and KV cache), and its greedy ids
-# equal the CPU's.
+# Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), and Phi-3 with LongRoPE (its
+# short table at a context of 16 positions, its long one above; cos and sin scaled by the attention
+# factor). Each one's teacher-forced logits match the fixture's float64 reference (F32 weights and
+# KV cache), and its greedy ids equal the CPU's.
 set -e
 for f in qwen2-tiny phi3-tiny; do
     Q="$FIX/$f"
@@ -16,5 +17,14 @@ for f in qwen2-tiny phi3-tiny; do
         sed -n '/"ids"/,/]/p' "$T/$d.json" | tr -d ' \n' > "$T/$d.ids"
     done
     cmp "$T/cpu.ids" "$T/cuda.ids"
+done
+Q="$FIX/phi3-longrope"
+"$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
+echo "phi3-longrope:"
+for c in "16 logits.f32" "64 logits-long.f32"; do
+    set -- $c
+    "$BIN/thin-run" "$T/m.thin" --device cuda --kv-dtype f32 --ctx "$1" --score "$Q/ids.txt" \
+        --out "$T/gpu.f32"
+    "$BIN/thin-compare" "$Q/$2" "$T/gpu.f32" --vocab 96 --summary --max-abs 1e-3 --min-top1 1
 done
 echo ok

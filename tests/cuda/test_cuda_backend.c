@@ -39,6 +39,10 @@ static thin_dtype o_dt;
 static thin_dtype qkv_dt;
 /* When set, q, k and v get bias ops after their products (Qwen2), of weights in this dtype. */
 static thin_dtype bias_dt;
+/* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
+ * attention factor and per-dimension factors). */
+static float rope_m;
+static float rope_tab[128];
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -151,6 +155,12 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
                 o->n_heads = b == B_Q ? NH : NKV;
                 o->head_dim = HD;
                 o->theta = 10000.0f;
+                if (rope_m) {
+                    for (uint32_t i = 0; i < HD / 2; i++)
+                        rope_tab[i] = (float)(pow(10000.0, -2.0 * i / HD) / (1.0 + 0.4 * i));
+                    o->inv_freq = rope_tab;
+                    o->rope_scale = rope_m;
+                }
             }
         }
         o = add_op(m, PLAN_ATTENTION, l, -1, B_ATT);
@@ -415,6 +425,12 @@ static void run_all(const char *tag) {
     bias_dt = THIN_DTYPE_F32;
     CASE("BF16+FP8 ffn+F32 q/k/v biases, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     bias_dt = 0;
+    /* LongRoPE (Phi-3-mini-128k): a table of its own and cos and sin scaled, in the q/k/v
+     * epilogue and (prefill, F32 rows) the rope-and-store kernel */
+    rope_m = 1.19f;
+    CASE("LongRoPE scaled rope BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("LongRoPE scaled rope F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    rope_m = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;
     CASE("hd128 BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);

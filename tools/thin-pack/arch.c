@@ -11,7 +11,7 @@
 typedef struct hp {
     int64_t vocab, hidden, inter, n_layers, n_heads, n_kv, head_dim, max_pos;
     double eps, theta;
-    json_t *rope_scaling; /* borrowed from the config; NULL or JSON null when absent */
+    json_t *rope_scaling; /* owned reference, NULL or JSON null when absent */
     int tie;
     unsigned char *rope;  /* n_layers flags: 1 = the layer applies RoPE */
     unsigned char *bias;  /* n_layers masks of the biases present: 1 q, 2 k, 4 v (Qwen2) */
@@ -130,15 +130,46 @@ static double default_theta(const char *family)
     return 10000.0;
 }
 
+/* A new reference to the scaling object sc (NULL for NULL). LongRoPE's ("longrope", or Phi-3's
+ * earlier "su") comes as a copy that holds what the runtime needs from elsewhere in the config:
+ * original_max_position_embeddings (Phi-3 configs keep it at the top level) and the factor that
+ * the attention factor derives from (max_position_embeddings / original when the object has
+ * none), so that a later cap of the context does not change it. */
+static json_t *longrope_scaling(const ctx *c, const hp *h, const json_t *sc)
+{
+    if (!sc)
+        return NULL;
+    const char *type = json_string_value(json_object_get(sc, "rope_type"));
+    if (!type)
+        type = json_string_value(json_object_get(sc, "type"));
+    if (!json_is_object(sc) || !type || (strcmp(type, "longrope") != 0 && strcmp(type, "su") != 0))
+        return json_incref((json_t *)sc);
+    json_t *o = json_deep_copy(sc);
+    if (!o)
+        return NULL;
+    json_t *orig = json_object_get(o, "original_max_position_embeddings");
+    if (!orig || json_is_null(orig)) {
+        orig = json_object_get(c->config, "original_max_position_embeddings");
+        if (json_is_number(orig))
+            json_object_set(o, "original_max_position_embeddings", orig);
+    }
+    const json_t *f = json_object_get(o, "factor");
+    if ((!f || json_is_null(f)) && json_is_number(orig) && json_number_value(orig) > 0)
+        json_object_set_new(o, "factor", json_real((double)h->max_pos / json_number_value(orig)));
+    return o;
+}
+
 /* RoPE base and scaling: transformers 5 writes one "rope_parameters" object ({"rope_theta",
  * "rope_type", scaling fields}; or one per layer type, of which "full_attention" applies), older
  * configs "rope_theta" and "rope_scaling". A rope_type other than "default" is passed on as the
- * scaling object. */
+ * scaling object, LongRoPE's completed by longrope_scaling. */
 static int read_rope(const ctx *c, hp *h)
 {
     const json_t *rp = json_object_get(c->config, "rope_parameters");
     if (!json_is_object(rp)) {
-        h->rope_scaling = json_object_get(c->config, "rope_scaling");
+        const json_t *sc = json_object_get(c->config, "rope_scaling");
+        if (sc && !(h->rope_scaling = longrope_scaling(c, h, sc)))
+            return -1;
         return get_real(c, "rope_theta", default_theta(c->family), &h->theta);
     }
     const json_t *full = json_object_get(rp, "full_attention");
@@ -154,7 +185,8 @@ static int read_rope(const ctx *c, hp *h)
         h->theta = json_number_value(t);
     }
     const char *type = json_string_value(json_object_get(rp, "rope_type"));
-    h->rope_scaling = type && strcmp(type, "default") != 0 ? (json_t *)rp : NULL;
+    if (type && strcmp(type, "default") != 0 && !(h->rope_scaling = longrope_scaling(c, h, rp)))
+        return -1;
     return 0;
 }
 
@@ -529,6 +561,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
             free(h.rope);
             free(h.bias);
             free(h.fused);
+            json_decref(h.rope_scaling);
             arch_model_free(out);
             return -1;
         }
@@ -538,6 +571,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
     free(h.rope);
     free(h.bias);
     free(h.fused);
+    json_decref(h.rope_scaling);
     return 0;
 }
 

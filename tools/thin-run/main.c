@@ -299,6 +299,7 @@ static int start_backend(run *r) {
         return cli_error("--ctx %lld exceeds the model's limit of %u positions", o->ctx,
                          r->p.hp.max_pos), CLI_EXIT_DATA;
     r->ctx = o->ctx ? (uint32_t)o->ctx : r->p.hp.max_pos;
+    plan_set_ctx(&r->p, r->ctx);
     char err[512];
     if (r->be->create(&r->sess, &r->p, r->ctx, r->threads, err, sizeof err))
         return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;

@@ -275,11 +275,84 @@ static thin_status same_size(builder *b, const plan_op *op) {
     return THIN_OK;
 }
 
-/* inv_freq for a rope_scaling object ("linear" or "llama3"); NULL table for none/"default". */
+/* A table of head_dim/2 floats owned by the plan, in *t. */
+static thin_status new_table(builder *b, const plan_op *op, float **t) {
+    *t = malloc((op->head_dim / 2) * sizeof **t);
+    float **tabs = realloc(b->own->tables, (b->own->n_tables + 1) * sizeof *tabs);
+    if (!*t || !tabs) {
+        free(*t);
+        if (tabs) b->own->tables = tabs;
+        return fail(b, THIN_E_NOMEM, "out of memory");
+    }
+    b->own->tables = tabs;
+    tabs[b->own->n_tables++] = *t;
+    return THIN_OK;
+}
+
+/* A positive finite number of a rope_scaling object, or def when the key is absent or null. */
+static thin_status scaling_num(builder *b, const json_t *sc, const char *key, double def,
+                               double *out) {
+    const json_t *v = json_object_get(sc, key);
+    *out = def;
+    if (!v || json_is_null(v)) return THIN_OK;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !(d > 0) || !isfinite(d))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: rope_scaling '%s' is not a positive number",
+                    b->op, key);
+    *out = d;
+    return THIN_OK;
+}
+
+/* LongRoPE (Phi-3's "longrope", earlier "su"), as transformers computes it: inv_freq[i] =
+ * 1 / (ext[i] * theta^(2i/head_dim)) with ext the short_factor list for contexts up to
+ * original_max_position_embeddings and the long_factor list above, and cos and sin scaled by the
+ * attention factor (given, or sqrt(1 + ln(factor) / ln(original)), factor defaulting to
+ * max_position_embeddings / original). Both tables are kept; plan_set_ctx picks one. */
+static thin_status longrope_tables(builder *b, const json_t *sc, plan_op *op) {
+    thin_status st;
+    double orig, factor, attn;
+    if ((st = scaling_num(b, sc, "original_max_position_embeddings", 0, &orig))) return st;
+    if (!(orig >= 1) || orig > UINT32_MAX)
+        return fail(b, THIN_E_BAD_MANIFEST,
+                    "tape op %u: longrope scaling without original_max_position_embeddings", b->op);
+    if ((st = scaling_num(b, sc, "factor", (double)b->p->hp.max_pos / orig, &factor)) ||
+        (st = scaling_num(b, sc, "attention_factor",
+                          factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(orig)), &attn)))
+        return st;
+    uint32_t half = op->head_dim / 2;
+    static const char *const keys[2] = {"short_factor", "long_factor"};
+    float *t[2];
+    for (int k = 0; k < 2; k++) {
+        const json_t *ext = json_object_get(sc, keys[k]);
+        if (!json_is_array(ext) || json_array_size(ext) != half)
+            return fail(b, THIN_E_BAD_MANIFEST,
+                        "tape op %u: longrope %s is not a list of head_dim/2 = %u numbers", b->op,
+                        keys[k], half);
+        if ((st = new_table(b, op, &t[k]))) return st;
+        for (uint32_t i = 0; i < half; i++) {
+            const json_t *e = json_array_get(ext, i);
+            double f = json_number_value(e);
+            if (!json_is_number(e) || !(f > 0) || !isfinite(f))
+                return fail(b, THIN_E_BAD_MANIFEST,
+                            "tape op %u: longrope %s[%u] is not a positive number", b->op, keys[k], i);
+            t[k][i] = (float)(1.0 / (f * pow((double)op->theta, 2.0 * i / (double)op->head_dim)));
+        }
+        op->longrope[k] = t[k];
+    }
+    op->longrope_ctx = (uint32_t)orig;
+    op->rope_scale = (float)attn;
+    op->inv_freq = b->p->hp.max_pos > op->longrope_ctx ? t[1] : t[0];
+    return THIN_OK;
+}
+
+/* inv_freq for a rope_scaling object ("linear", "llama3" or "longrope"); NULL table for
+ * none/"default". */
 static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
     const char *type = json_string_value(json_object_get(sc, "rope_type"));
     if (!type) type = json_string_value(json_object_get(sc, "type"));
     if (!json_is_object(sc) || (type && strcmp(type, "default") == 0)) return THIN_OK;
+    if (type && (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0))
+        return longrope_tables(b, sc, op);
     int llama3 = type && strcmp(type, "llama3") == 0;
     if (!type || (!llama3 && strcmp(type, "linear") != 0))
         return fail(b, THIN_E_UNSUPPORTED, "rope_scaling type '%s' is not supported",
@@ -287,17 +360,10 @@ static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
     double factor = op_float(sc, "factor", 1.0f), lo = op_float(sc, "low_freq_factor", 1.0f);
     double hi = op_float(sc, "high_freq_factor", 4.0f);
     double old = op_float(sc, "original_max_position_embeddings", 8192.0f);
-    uint32_t half = op->head_dim / 2;
-    float *t = malloc(half * sizeof *t);
-    float **tabs = realloc(b->own->tables, (b->own->n_tables + 1) * sizeof *tabs);
-    if (!t || !tabs) {
-        free(t);
-        if (tabs) b->own->tables = tabs;
-        return fail(b, THIN_E_NOMEM, "out of memory");
-    }
-    b->own->tables = tabs;
-    tabs[b->own->n_tables++] = t;
-    for (uint32_t i = 0; i < half; i++) {
+    float *t;
+    thin_status st = new_table(b, op, &t);
+    if (st) return st;
+    for (uint32_t i = 0; i < op->head_dim / 2; i++) {
         double f = pow((double)op->theta, -2.0 * i / (double)op->head_dim);
         double wl = 2.0 * M_PI / f;
         if (!llama3 || wl > old / lo) f /= factor;
@@ -321,6 +387,7 @@ static thin_status compile_rope(builder *b, const json_t *o, plan_op *op) {
                     b->op, op->head_dim, b->p->buf_names[op->in]);
     op->n_heads = (uint32_t)(n / op->head_dim);
     op->theta = op_float(o, "theta", b->p->hp.rope_theta);
+    op->rope_scale = 1.0f;
     const json_t *sc = json_object_get(o, "scaling");
     if (!sc) sc = json_object_get(b->hparams, "rope_scaling");
     return rope_table(b, sc, op);
@@ -548,6 +615,15 @@ thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, si
     if (st != THIN_OK) plan_free(p);
     else p->shards = 1;
     return st;
+}
+
+void plan_set_ctx(plan *p, uint32_t ctx) {
+    if (!ctx) ctx = p->hp.max_pos;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        plan_op *op = &p->ops[i];
+        if (op->kind == PLAN_ROPE && op->longrope[0])
+            op->inv_freq = op->longrope[ctx > op->longrope_ctx];
+    }
 }
 
 void plan_free(plan *p) {

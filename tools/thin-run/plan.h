@@ -47,6 +47,10 @@ typedef struct plan_op {
     float eps;            /* RMSNORM, HEAD_RMSNORM */
     float theta;          /* ROPE */
     const float *inv_freq;/* ROPE: head_dim/2 precomputed frequencies (rope scaling), or NULL */
+    float rope_scale;     /* ROPE: factor on cos and sin (LongRoPE's attention factor); 0 or 1: none */
+    const float *longrope[2]; /* ROPE with LongRoPE: its short and long tables, of which inv_freq
+                             is the one for the session's context (plan_set_ctx) */
+    uint32_t longrope_ctx;/* LongRoPE: contexts above this many positions take the long table */
     uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads = heads in the buffer), ATTENTION */
 } plan_op;
 
@@ -81,6 +85,9 @@ typedef struct plan {
  * On error returns a thin_status and writes a one-line message into err. */
 thin_status plan_build(plan *p, thin_file *f, thin_dtype kv_dtype, char *err, size_t errlen);
 void plan_free(plan *p);
+/* Fits the plan to a session of ctx positions (0: the model's limit, which plan_build assumes):
+ * LongRoPE ops take their long table where ctx exceeds the original context, else the short one. */
+void plan_set_ctx(plan *p, uint32_t ctx);
 /* Whether the tape runs split over n devices as its linears' split marks say (tensor parallel):
  * a "col" linear divides its output rows, which stay divided through the ops that work per head
  * or per element (rope, head_rmsnorm, attention with whole query and KV heads per device, a KV
