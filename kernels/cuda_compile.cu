@@ -140,7 +140,8 @@ static uint32_t group_attention(const plan *p, uint32_t i, step *st) {
 }
 
 /* Whether linear step l (q, k, v) can do the rope and KV store of attention step a for one row:
- * its outputs are the attention's q, k, v, whole heads on each side, a supported KV dtype. */
+ * its outputs are the attention's q, k, v, whole heads on each side, a supported KV dtype, and
+ * its rope ops rotate whole heads (the epilogue pairs row r with r + head_dim/2). */
 static int qkv_fusable(const cuda_session *s, const step *l, const step *a) {
     const plan *p = s->p;
     if (l->kind != STEP_LINEAR || a->kind != STEP_ATTN || l->nseg != 3 || l->pair || l->add_op >= 0)
@@ -149,6 +150,10 @@ static int qkv_fusable(const cuda_session *s, const step *l, const step *a) {
     const int bufs[3] = {at->q, at->k, at->v};
     const uint32_t heads[3] = {at->n_heads, at->n_kv_heads, at->n_kv_heads};
     if (at->head_dim < 2 || at->head_dim % 2) return 0;
+    const int ropes[2] = {a->rope_q, a->rope_k};
+    for (int r = 0; r < 2; r++)
+        if (ropes[r] >= 0 && p->ops[ropes[r]].rot_dim && p->ops[ropes[r]].rot_dim != at->head_dim)
+            return 0;
     if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32) return 0;
     for (int k = 0; k < 3; k++) {
         const dmat *w = &s->w[s->op_w[l->lin[k]]];

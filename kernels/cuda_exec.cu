@@ -249,11 +249,13 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.n_heads = a->n_heads;
     r.q_freq = st->rope_q >= 0 ? s->op_freq[st->rope_q] : NULL;
     r.q_m = st->rope_q >= 0 ? rope_scale(&p->ops[st->rope_q]) : 1.0f;
+    r.q_rot = st->rope_q >= 0 ? p->ops[st->rope_q].rot_dim : 0;
     r.k = s->buf[a->k];
     r.ldk = ld_of(s, a->k);
     r.n_kv = a->n_kv_heads;
     r.k_freq = st->rope_k >= 0 ? s->op_freq[st->rope_k] : NULL;
     r.k_m = st->rope_k >= 0 ? rope_scale(&p->ops[st->rope_k]) : 1.0f;
+    r.k_rot = st->rope_k >= 0 ? p->ops[st->rope_k].rot_dim : 0;
     r.v = s->buf[a->v];
     r.ldv = ld_of(s, a->v);
     r.kcache = s->op_kc[st->op];
@@ -294,6 +296,7 @@ static int run_rope(cuda_session *s, const step *st, uint32_t n) {
     r.n_heads = o->n_heads;
     r.q_freq = s->op_freq[st->op];
     r.q_m = rope_scale(o);
+    r.q_rot = o->rot_dim;
     r.head_dim = o->head_dim;
     r.pos = s->d_pos;
     CK(s, launch_rope_store(&r, n, s->st));

@@ -177,18 +177,18 @@ int upload_weights(cuda_session *s) {
     return rc;
 }
 
-/* Inverse frequencies (double) of every ROPE op: the plan's table, or theta^(-2i/head_dim). */
+/* Inverse frequencies (double) of every ROPE op: the plan's table, or theta^(-2i/rot_dim). */
 int upload_rope_tables(cuda_session *s) {
     const plan *p = s->p;
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *op = &p->ops[i];
         if (op->kind != PLAN_ROPE) continue;
-        uint32_t half = op->head_dim / 2;
+        const uint32_t rd = op->rot_dim ? op->rot_dim : op->head_dim, half = rd / 2;
         double *h = (double *)malloc((half ? half : 1) * sizeof(double));
         if (!h) return cuda_failf(s, "out of memory");
         for (uint32_t j = 0; j < half; j++)
             h[j] = op->inv_freq ? (double)op->inv_freq[j]
-                                : pow((double)op->theta, -2.0 * (double)j / (double)op->head_dim);
+                                : pow((double)op->theta, -2.0 * (double)j / (double)rd);
         void *d;
         int rc = cuda_alloc(s, &d, (half ? half : 1) * sizeof(double));
         if (rc == 0 && cudaMemcpy(d, h, half * sizeof(double), cudaMemcpyHostToDevice) != cudaSuccess)

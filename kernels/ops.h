@@ -65,12 +65,14 @@ void op_matmat_cols(float *y, uint64_t ldy, const thin_wmat *W, uint64_t c0, uin
  * -1 only asks. */
 int op_cpu_avx512(int force);
 
-/* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within each head of head_dim,
- * dims i and i + head_dim/2 rotate by angle pos * theta^(-2i/head_dim), i < head_dim/2.
- * `inv_freq` (head_dim/2 floats) may be given precomputed (rope scaling), else NULL. cos and sin
- * are multiplied by `scale` (1, or LongRoPE's attention factor). */
-void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float theta,
-             const float *inv_freq, float scale);
+/* RoPE, rotate-half ("neox") pairing as in Hugging Face Llama: within the first rot_dim dims of
+ * each head of head_dim (rot_dim = head_dim, or 0 for that, unless the rotation is partial, as
+ * Phi-4-mini's), dims i and i + rot_dim/2 rotate by angle pos * theta^(-2i/rot_dim),
+ * i < rot_dim/2; the rest pass unchanged. `inv_freq` (rot_dim/2 floats) may be given precomputed
+ * (rope scaling), else NULL. cos and sin are multiplied by `scale` (1, or LongRoPE's attention
+ * factor). */
+void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t rot_dim, uint64_t pos,
+             float theta, const float *inv_freq, float scale);
 
 /* Single-token grouped-query attention. q: n_heads × head_dim. Caches hold n_pos positions, each
  * n_kv_heads × head_dim elements of kv_dtype (F32 or BF16), position p at p * kv_dim.

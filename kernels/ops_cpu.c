@@ -444,12 +444,13 @@ void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64
 
 /* ---- position encoding ---- */
 
-void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t pos, float theta,
-             const float *inv_freq, float scale) {
-    uint64_t half = head_dim / 2;
+void op_rope(float *x, uint64_t n_heads, uint64_t head_dim, uint64_t rot_dim, uint64_t pos,
+             float theta, const float *inv_freq, float scale) {
+    if (!rot_dim) rot_dim = head_dim;
+    uint64_t half = rot_dim / 2;
     for (uint64_t i = 0; i < half; i++) {
         double f = inv_freq ? (double)inv_freq[i]
-                            : pow((double)theta, -2.0 * (double)i / (double)head_dim);
+                            : pow((double)theta, -2.0 * (double)i / (double)rot_dim);
         double a = (double)pos * f;
         float c = (float)cos(a) * scale, s = (float)sin(a) * scale;
         for (uint64_t h = 0; h < n_heads; h++) {

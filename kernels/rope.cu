@@ -1,6 +1,8 @@
 /*
  * rope.cu — rotate-half RoPE of q and k at each row's position, fused with the store of k and v
  * into the layer's KV cache. A layer without rope ops passes NULL frequency tables and only stores.
+ * A partial rotation (the first rot dims of each head, i paired with i + rot/2) leaves the other
+ * dims as they are.
  * Angles are computed in double as the CPU twin does (op_rope, op_kv_store in ops_cpu.c).
  */
 #include "cuda_common.cuh"
@@ -19,11 +21,12 @@ __device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double 
 __global__ void rope_store_kernel(const rope_args a) {
     pdl_trigger();
     pdl_wait();
-    const uint32_t row = blockIdx.x, hd = a.head_dim, half = hd / 2;
+    const uint32_t row = blockIdx.x, hd = a.head_dim;
     const int32_t pos = *a.pos + (int32_t)row;
     const double p = (double)pos;
     if (a.q_freq) {
         float *q = a.q + (size_t)row * a.ldq;
+        const uint32_t half = (a.q_rot ? a.q_rot : hd) / 2;
         for (uint32_t t = threadIdx.x; t < a.n_heads * half; t += blockDim.x) {
             uint32_t h = t / half, i = t % half;
             rot(q + (size_t)h * hd, i, half, a.q_freq[i], p, a.q_m);
@@ -32,15 +35,17 @@ __global__ void rope_store_kernel(const rope_args a) {
     if (!a.k) return;
     float *k = a.k + (size_t)row * a.ldk;
     const size_t kv_dim = (size_t)a.n_kv * hd, base = (size_t)pos * kv_dim;
-    for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
-        uint32_t h = t / half, i = t % half;
-        float *kh = k + (size_t)h * hd;
-        if (a.k_freq) rot(kh, i, half, a.k_freq[i], p, a.k_m);
-        if (a.kcache) {
-            store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i, kh[i]);
-            store_kv(a.kcache, a.kv_dtype, base + (size_t)h * hd + i + half, kh[i + half]);
+    if (a.k_freq) {
+        const uint32_t half = (a.k_rot ? a.k_rot : hd) / 2;
+        for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
+            uint32_t h = t / half, i = t % half;
+            rot(k + (size_t)h * hd, i, half, a.k_freq[i], p, a.k_m);
         }
+        __syncthreads(); /* the row's k is whole before it is stored */
     }
+    if (a.kcache)
+        for (uint32_t t = threadIdx.x; t < kv_dim; t += blockDim.x)
+            store_kv(a.kcache, a.kv_dtype, base + t, k[t]);
     if (a.vcache && a.v) {
         const float *v = a.v + (size_t)row * a.ldv;
         for (uint32_t t = threadIdx.x; t < kv_dim; t += blockDim.x)

@@ -397,8 +397,34 @@ static void test_phi3_fused(void **state)
     assert_non_null(strstr(last_warning, "both fused and separate"));
     arch_model_free(&m);
     json_object_del(set, "model.layers.1.self_attn.q_proj.weight");
-    /* Phi-4-mini's partial rotary embedding */
-    json_object_set_new(cfg, "partial_rotary_factor", json_real(0.75));
+    /* Phi-4-mini's partial rotary embedding: the first (int)(8 * 0.75) = 6 dims of a head rotate
+     * (also as transformers 5's rope_parameters holds it); a factor leaving an odd count (0.2 of 8:
+     * 1) leaves no tape */
+    for (int form = 0; form < 2; form++) {
+        if (form == 0)
+            json_object_set_new(cfg, "partial_rotary_factor", json_real(0.75));
+        else
+            json_object_set_new(cfg, "rope_parameters", json_pack("{sf ss sf}", "rope_theta", 1e4,
+                                                                  "rope_type", "default",
+                                                                  "partial_rotary_factor", 0.75));
+        assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+        assert_non_null(m.tape);
+        int ropes = 0;
+        for (size_t i = 0; i < n_ops(&m); i++)
+            if (strcmp(field(op(&m, i), "op"), "rope") == 0) {
+                assert_int_equal(json_integer_value(json_object_get(op(&m, i), "rot_dim")), 6);
+                ropes++;
+            }
+        assert_int_equal(ropes, 4);
+        arch_model_free(&m);
+        json_object_del(cfg, "partial_rotary_factor");
+        json_object_del(cfg, "rope_parameters");
+    }
+    json_object_set_new(cfg, "partial_rotary_factor", json_real(1.0)); /* whole heads: no field */
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(json_object_get(op(&m, 5), "rot_dim"));
+    arch_model_free(&m);
+    json_object_set_new(cfg, "partial_rotary_factor", json_real(0.2));
     assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
     assert_null(m.tape);
     assert_non_null(strstr(last_warning, "partial_rotary_factor"));

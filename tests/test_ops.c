@@ -207,9 +207,9 @@ static void test_rope(void **state) {
     (void)state;
     float x[16], y[16];
     for (int i = 0; i < 16; i++) x[i] = y[i] = frand();
-    op_rope(y, 2, 8, 0, 10000.0f, NULL, 1.0f); /* position 0: identity */
+    op_rope(y, 2, 8, 8, 0, 10000.0f, NULL, 1.0f); /* position 0: identity */
     for (int i = 0; i < 16; i++) assert_float_equal(y[i], x[i], 0);
-    op_rope(y, 2, 8, 7, 10000.0f, NULL, 1.0f);
+    op_rope(y, 2, 8, 0, 7, 10000.0f, NULL, 1.0f);
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < 4; i++) {
             double a = 7.0 * pow(10000.0, -2.0 * i / 8.0);
@@ -219,12 +219,20 @@ static void test_rope(void **state) {
         }
     float inv[4] = {1.0f, 0.5f, 0.25f, 0.125f}, z[8];
     memcpy(z, x, sizeof z);
-    op_rope(z, 1, 8, 3, 10000.0f, inv, 1.0f);
+    op_rope(z, 1, 8, 8, 3, 10000.0f, inv, 1.0f);
     assert_float_equal(z[1], x[1] * cos(1.5) - x[5] * sin(1.5), 1e-6);
     memcpy(z, x, sizeof z); /* LongRoPE's attention factor scales cos and sin */
-    op_rope(z, 1, 8, 3, 10000.0f, inv, 1.25f);
+    op_rope(z, 1, 8, 8, 3, 10000.0f, inv, 1.25f);
     assert_float_equal(z[1], 1.25 * (x[1] * cos(1.5) - x[5] * sin(1.5)), 1e-6);
     assert_float_equal(z[5], 1.25 * (x[1] * sin(1.5) + x[5] * cos(1.5)), 1e-6);
+    memcpy(z, x, sizeof z); /* partial rotary: dims 0..3 rotate (i with i + 2), 4..7 pass */
+    op_rope(z, 1, 8, 4, 3, 10000.0f, NULL, 1.0f);
+    for (int i = 0; i < 2; i++) {
+        double a = 3.0 * pow(10000.0, -2.0 * i / 4.0);
+        assert_float_equal(z[i], x[i] * cos(a) - x[i + 2] * sin(a), 1e-6);
+        assert_float_equal(z[i + 2], x[i] * sin(a) + x[i + 2] * cos(a), 1e-6);
+    }
+    for (int i = 4; i < 8; i++) assert_float_equal(z[i], x[i], 0);
 }
 
 static void check_attention(thin_dtype kv) {

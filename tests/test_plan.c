@@ -350,6 +350,47 @@ static void test_longrope(void **state) {
     expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "attention_factor", 0);
 }
 
+/* Partial rotary (Phi-4-mini): rot_dim 2 of head_dim 4 runs, with the plan's LongRoPE tables of
+ * rot_dim/2 = 1 factor, and differs from whole heads; an odd rot_dim, one past head_dim, or a
+ * factor list for whole heads is refused. */
+static void test_partial_rotary(void **state) {
+    (void)state;
+    json_t *t = tape();
+    for (int i = 5; i <= 6; i++)
+        json_object_set_new(json_array_get(json_object_get(t, "ops"), i), "rot_dim", json_integer(2));
+    built b;
+    build(&b, (variant){t, THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_int_equal(b.p.ops[5].rot_dim, 2);
+    float part[VOCAB], whole[VOCAB];
+    run3(&b.p, part);
+    unbuild(&b);
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    assert_int_equal(b.p.ops[5].rot_dim, 4);
+    run3(&b.p, whole);
+    unbuild(&b);
+    double d = 0;
+    for (int i = 0; i < VOCAB; i++) d = fmax(d, fabs((double)part[i] - whole[i]));
+    assert_true(d > 1e-6);
+    json_t *sc = json_pack("{ss s[f] s[f] si}", "rope_type", "longrope", "short_factor", 1.0,
+                           "long_factor", 2.0, "original_max_position_embeddings", 16);
+    t = tape_longrope(sc);
+    for (int i = 5; i <= 6; i++)
+        json_object_set_new(json_array_get(json_object_get(t, "ops"), i), "rot_dim", json_integer(2));
+    build(&b, (variant){t, THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_float_equal(b.p.ops[5].inv_freq[0], 0.5, 1e-9);
+    unbuild(&b);
+    t = tape_longrope(longrope()); /* two factors: whole heads' count */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 5), "rot_dim", json_integer(2));
+    expect_error(t, THIN_E_BAD_MANIFEST, "rot_dim/2 = 1", 0);
+    for (int r = 3; r <= 6; r += 3) {
+        t = tape();
+        json_object_set_new(json_array_get(json_object_get(t, "ops"), 6), "rot_dim", json_integer(r));
+        expect_error(t, THIN_E_SHAPE, "rot_dim", 0);
+    }
+}
+
 /* The tape with a bias op after the v projection adding k_proj.bias into buffer `out`. */
 static json_t *tape_bias(const char *out) {
     json_t *t = tape();
@@ -466,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
         cmocka_unit_test(test_bias_op),
         cmocka_unit_test(test_longrope),
+        cmocka_unit_test(test_partial_rotary),
         cmocka_unit_test(test_bad_tapes_are_refused),
         cmocka_unit_test(test_split_over_devices),
     };

@@ -4,7 +4,8 @@
 # reference within 1e-4 (F32 KV cache), whole and split over 2 devices; the quality profile puts
 # the fused gate/up in FP8 with per-row scales and stays close. With LongRoPE (Phi-3-mini-128k's and
 # Phi-3.5-mini's rope_scaling), a context of up to original_max_position_embeddings takes the short
-# factors and a longer one the long factors, each matching its float64 reference.
+# factors and a longer one the long factors, each matching its float64 reference; so does
+# Phi-4-mini's form, LongRoPE on the first half of each head (partial_rotary_factor).
 set -e
 P="$FIX/phi3-tiny"
 "$BIN/thin-pack" -q "$P" -o "$T/p.thin"
@@ -37,4 +38,14 @@ if "$BIN/thin-compare" "$R/logits.f32" "$T/rl.f32" --vocab 96 --max-abs 1e-2 > /
     echo "the long factors changed nothing" >&2
     exit 1
 fi
+R="$FIX/phi4-tiny"
+"$BIN/thin-pack" -q "$R" -o "$T/r4.thin"
+"$BIN/thin-inspect" --tape "$T/r4.thin" | grep -q 'rope .*in=k head_dim=16 .*rot_dim=8'
+for c in "16 logits.f32" "64 logits-long.f32"; do
+    set -- $c
+    "$BIN/thin-run" "$T/r4.thin" --device cpu --kv-dtype f32 --ctx "$1" --score "$R/ids.txt" \
+        --out "$T/r4.f32"
+    echo "partial rotary, --ctx $1:"
+    "$BIN/thin-compare" "$R/$2" "$T/r4.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+done
 echo ok

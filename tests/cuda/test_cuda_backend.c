@@ -43,6 +43,8 @@ static thin_dtype bias_dt;
  * attention factor and per-dimension factors). */
 static float rope_m;
 static float rope_tab[128];
+/* When set, the rope ops rotate only the first rope_rd dims of each head (partial rotary). */
+static uint32_t rope_rd;
 
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
@@ -155,9 +157,10 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
                 o->n_heads = b == B_Q ? NH : NKV;
                 o->head_dim = HD;
                 o->theta = 10000.0f;
+                o->rot_dim = rope_rd ? rope_rd : HD;
                 if (rope_m) {
-                    for (uint32_t i = 0; i < HD / 2; i++)
-                        rope_tab[i] = (float)(pow(10000.0, -2.0 * i / HD) / (1.0 + 0.4 * i));
+                    for (uint32_t i = 0; i < o->rot_dim / 2; i++)
+                        rope_tab[i] = (float)(pow(10000.0, -2.0 * i / o->rot_dim) / (1.0 + 0.4 * i));
                     o->inv_freq = rope_tab;
                     o->rope_scale = rope_m;
                 }
@@ -430,6 +433,11 @@ static void run_all(const char *tag) {
     rope_m = 1.19f;
     CASE("LongRoPE scaled rope BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("LongRoPE scaled rope F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* Phi-4-mini: LongRoPE on the first half of each head (the rope kernel, not the epilogue) */
+    rope_rd = HD / 2;
+    CASE("partial rotary BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("partial rotary F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    rope_rd = 0;
     rope_m = 0;
     /* SmolLM3's attention shape: head_dim 128, four query heads per KV head. */
     H = 512, NH = 4, NKV = 1, HD = 128;

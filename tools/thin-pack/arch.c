@@ -10,6 +10,7 @@
 
 typedef struct hp {
     int64_t vocab, hidden, inter, n_layers, n_heads, n_kv, head_dim, max_pos;
+    int64_t rot_dim;      /* the leading dims of each head that RoPE rotates (partial_rotary_factor) */
     double eps, theta;
     json_t *rope_scaling; /* owned reference, NULL or JSON null when absent */
     int tie;
@@ -432,6 +433,8 @@ static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 {
     json_t *op = json_pack("{ss ss sI sf si}", "op", "rope", "in", buf, "head_dim",
                            (json_int_t)h->head_dim, "theta", h->theta, "layer", (int)l);
+    if (op && h->rot_dim < h->head_dim)
+        json_object_set_new(op, "rot_dim", json_integer(h->rot_dim));
     if (op && json_is_object(h->rope_scaling))
         json_object_set_new(op, "scaling", json_deep_copy(h->rope_scaling));
     return push(ops, op);
@@ -514,7 +517,10 @@ static json_t *build_tape(const hp *h, int qk_norm)
     return tape;
 }
 
-static int check_act(const ctx *c)
+/* The activation and the rotated part of each head: partial_rotary_factor f (config.json's, or
+ * its rope_parameters' as transformers 5 writes it) rotates the first (int)(head_dim * f) dims, as
+ * transformers takes it; that must be even and positive. */
+static int check_act(const ctx *c, hp *h)
 {
     const json_t *act = json_object_get(c->config, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
@@ -522,10 +528,21 @@ static int check_act(const ctx *c)
         return -1;
     }
     const json_t *prf = json_object_get(c->config, "partial_rotary_factor");
-    if (prf && !json_is_null(prf) && json_number_value(prf) != 1.0) {
-        warnf(c, "no execution tape: RoPE on part of each head (partial_rotary_factor) is not "
-              "supported");
-        return -1;
+    const json_t *rp = json_object_get(c->config, "rope_parameters");
+    if (json_is_object(json_object_get(rp, "full_attention")))
+        rp = json_object_get(rp, "full_attention");
+    if (!prf && json_is_object(rp))
+        prf = json_object_get(rp, "partial_rotary_factor");
+    h->rot_dim = h->head_dim;
+    if (prf && !json_is_null(prf)) {
+        double f = json_number_value(prf);
+        int64_t rd = json_is_number(prf) && f > 0 && f <= 1 ? (int64_t)((double)h->head_dim * f) : 0;
+        if (rd < 2 || rd % 2) {
+            warnf(c, "no execution tape: partial_rotary_factor does not rotate an even number of "
+                  "dims of a head of %lld", (long long)h->head_dim);
+            return -1;
+        }
+        h->rot_dim = rd;
     }
     return 0;
 }
@@ -555,7 +572,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
         out->tie_lm_head = h.tie && !has_head && has_embed;
         out->hparams = hparams_json(&c, &h);
         int qk = 0, tie = 0, oom = !out->hparams;
-        if (!oom && supported && check_act(&c) == 0 && check_tensors(&c, &h, &qk, &tie) == 0)
+        if (!oom && supported && check_act(&c, &h) == 0 && check_tensors(&c, &h, &qk, &tie) == 0)
             oom = !(out->tape = build_tape(&h, qk));
         if (oom) {
             free(h.rope);

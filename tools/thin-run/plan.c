@@ -275,9 +275,9 @@ static thin_status same_size(builder *b, const plan_op *op) {
     return THIN_OK;
 }
 
-/* A table of head_dim/2 floats owned by the plan, in *t. */
+/* A table of rot_dim/2 floats owned by the plan, in *t. */
 static thin_status new_table(builder *b, const plan_op *op, float **t) {
-    *t = malloc((op->head_dim / 2) * sizeof **t);
+    *t = malloc((op->rot_dim / 2) * sizeof **t);
     float **tabs = realloc(b->own->tables, (b->own->n_tables + 1) * sizeof *tabs);
     if (!*t || !tabs) {
         free(*t);
@@ -304,7 +304,7 @@ static thin_status scaling_num(builder *b, const json_t *sc, const char *key, do
 }
 
 /* LongRoPE (Phi-3's "longrope", earlier "su"), as transformers computes it: inv_freq[i] =
- * 1 / (ext[i] * theta^(2i/head_dim)) with ext the short_factor list for contexts up to
+ * 1 / (ext[i] * theta^(2i/rot_dim)) with ext the short_factor list for contexts up to
  * original_max_position_embeddings and the long_factor list above, and cos and sin scaled by the
  * attention factor (given, or sqrt(1 + ln(factor) / ln(original)), factor defaulting to
  * max_position_embeddings / original). Both tables are kept; plan_set_ctx picks one. */
@@ -319,14 +319,14 @@ static thin_status longrope_tables(builder *b, const json_t *sc, plan_op *op) {
         (st = scaling_num(b, sc, "attention_factor",
                           factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(orig)), &attn)))
         return st;
-    uint32_t half = op->head_dim / 2;
+    uint32_t half = op->rot_dim / 2;
     static const char *const keys[2] = {"short_factor", "long_factor"};
     float *t[2];
     for (int k = 0; k < 2; k++) {
         const json_t *ext = json_object_get(sc, keys[k]);
         if (!json_is_array(ext) || json_array_size(ext) != half)
             return fail(b, THIN_E_BAD_MANIFEST,
-                        "tape op %u: longrope %s is not a list of head_dim/2 = %u numbers", b->op,
+                        "tape op %u: longrope %s is not a list of rot_dim/2 = %u numbers", b->op,
                         keys[k], half);
         if ((st = new_table(b, op, &t[k]))) return st;
         for (uint32_t i = 0; i < half; i++) {
@@ -335,7 +335,7 @@ static thin_status longrope_tables(builder *b, const json_t *sc, plan_op *op) {
             if (!json_is_number(e) || !(f > 0) || !isfinite(f))
                 return fail(b, THIN_E_BAD_MANIFEST,
                             "tape op %u: longrope %s[%u] is not a positive number", b->op, keys[k], i);
-            t[k][i] = (float)(1.0 / (f * pow((double)op->theta, 2.0 * i / (double)op->head_dim)));
+            t[k][i] = (float)(1.0 / (f * pow((double)op->theta, 2.0 * i / (double)op->rot_dim)));
         }
         op->longrope[k] = t[k];
     }
@@ -363,8 +363,8 @@ static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
     float *t;
     thin_status st = new_table(b, op, &t);
     if (st) return st;
-    for (uint32_t i = 0; i < op->head_dim / 2; i++) {
-        double f = pow((double)op->theta, -2.0 * i / (double)op->head_dim);
+    for (uint32_t i = 0; i < op->rot_dim / 2; i++) {
+        double f = pow((double)op->theta, -2.0 * i / (double)op->rot_dim);
         double wl = 2.0 * M_PI / f;
         if (!llama3 || wl > old / lo) f /= factor;
         else if (wl >= old / hi) {
@@ -386,6 +386,11 @@ static thin_status compile_rope(builder *b, const json_t *o, plan_op *op) {
         return fail(b, THIN_E_SHAPE, "tape op %u: rope head_dim %u does not divide buffer %s",
                     b->op, op->head_dim, b->p->buf_names[op->in]);
     op->n_heads = (uint32_t)(n / op->head_dim);
+    op->rot_dim = op->head_dim;
+    if (json_object_get(o, "rot_dim") && (st = op_u32(b, o, "rot_dim", &op->rot_dim))) return st;
+    if (op->rot_dim % 2 || op->rot_dim > op->head_dim)
+        return fail(b, THIN_E_SHAPE, "tape op %u: rope rot_dim %u is odd or exceeds head_dim %u",
+                    b->op, op->rot_dim, op->head_dim);
     op->theta = op_float(o, "theta", b->p->hp.rope_theta);
     op->rope_scale = 1.0f;
     const json_t *sc = json_object_get(o, "scaling");

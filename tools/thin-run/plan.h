@@ -46,8 +46,10 @@ typedef struct plan_op {
     plan_split split;
     float eps;            /* RMSNORM, HEAD_RMSNORM */
     float theta;          /* ROPE */
-    const float *inv_freq;/* ROPE: head_dim/2 precomputed frequencies (rope scaling), or NULL */
+    const float *inv_freq;/* ROPE: rot_dim/2 precomputed frequencies (rope scaling), or NULL */
     float rope_scale;     /* ROPE: factor on cos and sin (LongRoPE's attention factor); 0 or 1: none */
+    uint32_t rot_dim;     /* ROPE: the leading dims of each head that rotate (partial rotary; the
+                             tables then hold rot_dim/2 frequencies); 0 or head_dim: all */
     const float *longrope[2]; /* ROPE with LongRoPE: its short and long tables, of which inv_freq
                              is the one for the session's context (plan_set_ctx) */
     uint32_t longrope_ctx;/* LongRoPE: contexts above this many positions take the long table */
