@@ -1,32 +1,23 @@
 #!/bin/sh
-# The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (ops of their own) and
+# The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (ops of their own),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
-# short table at a context of 16 positions, its long one above; cos and sin scaled by the attention
-# factor) and Phi-4-mini's form of it (on the first half of each head). Each one's teacher-forced logits match the fixture's float64 reference (F32 weights and
-# KV cache), and its greedy ids equal the CPU's.
+# short table at a context of 16 positions, its long one above; cos and sin scaled by the
+# attention factor) and Phi-4-mini's form of it (on the first half of each head). Each one's
+# teacher-forced logits match the fixture's float64 reference (F32 weights and KV cache), and its
+# greedy ids equal the CPU's.
 set -e
-for f in qwen2-tiny phi3-tiny; do
-    Q="$FIX/$f"
+# family FIXTURE [CTX LOGITS]...: the checks above, the logits at each context (0: the model's).
+family() {
+    Q="$FIX/$1"
+    shift
     "$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
-    "$BIN/thin-run" "$T/m.thin" --device cuda --kv-dtype f32 --score "$Q/ids.txt" --out "$T/gpu.f32"
-    echo "$f:"
-    "$BIN/thin-compare" "$Q/logits.f32" "$T/gpu.f32" --vocab 96 --summary --max-abs 1e-3 --min-top1 1
-    for d in cpu cuda; do
-        "$BIN/thin-run" "$T/m.thin" --device $d --ids "1 17 42 5" -n 24 -t 0 --ignore-eos --json \
-            > "$T/$d.json"
-        sed -n '/"ids"/,/]/p' "$T/$d.json" | tr -d ' \n' > "$T/$d.ids"
-    done
-    cmp "$T/cpu.ids" "$T/cuda.ids"
-done
-for f in phi3-longrope phi4-tiny; do
-    Q="$FIX/$f"
-    "$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
-    echo "$f:"
-    for c in "16 logits.f32" "64 logits-long.f32"; do
-        set -- $c
-        "$BIN/thin-run" "$T/m.thin" --device cuda --kv-dtype f32 --ctx "$1" --score "$Q/ids.txt" \
+    echo "$(basename "$Q"):"
+    while [ $# -ge 2 ]; do
+        c=; [ "$1" = 0 ] || c="--ctx $1"
+        "$BIN/thin-run" "$T/m.thin" --device cuda --kv-dtype f32 $c --score "$Q/ids.txt" \
             --out "$T/gpu.f32"
         "$BIN/thin-compare" "$Q/$2" "$T/gpu.f32" --vocab 96 --summary --max-abs 1e-3 --min-top1 1
+        shift 2
     done
     for d in cpu cuda; do
         "$BIN/thin-run" "$T/m.thin" --device $d --ids "1 17 42 5" -n 24 -t 0 --ignore-eos --json \
@@ -34,5 +25,9 @@ for f in phi3-longrope phi4-tiny; do
         sed -n '/"ids"/,/]/p' "$T/$d.json" | tr -d ' \n' > "$T/$d.ids"
     done
     cmp "$T/cpu.ids" "$T/cuda.ids"
-done
+}
+family qwen2-tiny 0 logits.f32
+family phi3-tiny 0 logits.f32
+family phi3-longrope 16 logits.f32 64 logits-long.f32
+family phi4-tiny 16 logits.f32 64 logits-long.f32
 echo ok
