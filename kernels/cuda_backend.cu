@@ -247,11 +247,11 @@ void lt_join(cuda_session *s) {
 
 /* env THIN_CUDA_AHEAD=1: cuda_session_greedy queues a step ahead; 0: it runs each step as forward
  * does. The default until the form has run on the GPU: */
-#define AHEAD_DEFAULT 0
+#define AHEAD_DEFAULT 1
 static int thin_cuda_ahead = AHEAD_DEFAULT;
 /* env THIN_CUDA_SAMPLE=device: cuda_session_sample draws on the device (sample.cu); host: the row
  * goes to the host and the CPU sampler draws. The default until that form has run on the GPU: */
-#define DEVICE_SAMPLE_DEFAULT 0
+#define DEVICE_SAMPLE_DEFAULT 1
 static int thin_cuda_device_sample = DEVICE_SAMPLE_DEFAULT;
 
 static int session_init(cuda_session *s, uint32_t max_ctx) {
