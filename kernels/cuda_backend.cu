@@ -245,12 +245,12 @@ void lt_join(cuda_session *s) {
     s->lt_started = 0;
 }
 
-/* env THIN_CUDA_AHEAD=1: cuda_session_greedy queues a step ahead; 0: it runs each step as forward
- * does. The default until the form has run on the GPU: */
+/* env THIN_CUDA_AHEAD=1 (the default): cuda_session_greedy queues a step ahead; 0: it runs each
+ * step as forward does. */
 #define AHEAD_DEFAULT 1
 static int thin_cuda_ahead = AHEAD_DEFAULT;
-/* env THIN_CUDA_SAMPLE=device: cuda_session_sample draws on the device (sample.cu); host: the row
- * goes to the host and the CPU sampler draws. The default until that form has run on the GPU: */
+/* env THIN_CUDA_SAMPLE=device (the default): cuda_session_sample draws on the device (sample.cu);
+ * host: the row goes to the host and the CPU sampler draws. */
 #define DEVICE_SAMPLE_DEFAULT 1
 static int thin_cuda_device_sample = DEVICE_SAMPLE_DEFAULT;
 

@@ -27,15 +27,16 @@
  *   int  cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
  *                            float coin, int32_t *token);
  *          samples from the last row of logits left by forward or prefill, with the semantics of
- *          sampler.h (temperature 0 = argmax): with THIN_CUDA_SAMPLE=device on the device
- *          (sample.cu), only the id coming back; by default from the row copied to the host. coin is a uniform number in [0, 1) drawn by the caller's PRNG, so the CPU and
+ *          sampler.h (temperature 0 = argmax): on the device (sample.cu), only the id coming
+ *          back, or with THIN_CUDA_SAMPLE=host from the row copied to the host. coin is a
+ *          uniform number in [0, 1) drawn by the caller's PRNG, so the CPU and
  *          GPU draw the same stream and, from the same logits, the same token (the masses are
  *          summed exactly in fixed point on the device, in double on the CPU: they can part only
  *          where the two sums straddle a boundary in their last bits).
  *   int  cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead,
  *                            int32_t *next);
  *          one greedy decode step (token at pos) with its argmax in *next, as forward with
- *          argmax; with ahead (and THIN_CUDA_AHEAD=1; by default each step runs as forward
+ *          argmax; with ahead (unless THIN_CUDA_AHEAD=0, with which each step runs as forward
  *          does), the step for *next at pos + 1 is queued too before the call waits,
  *          its input taken on the device from this step's argmax, so that the GPU runs from one
  *          token into the next while the host handles the id; the call for (that id, pos + 1)
