@@ -114,6 +114,20 @@ static int alloc_state(cuda_session *s) {
         CK(s, cudaMemset(s->buf[i], 0, (size_t)s->max_batch * p->buf_sizes[i] * sizeof(float)));
     }
     size_t kvsz = thin_dtype_size(p->kv_dtype);
+    /* The KV caches at once: where they cannot fit what the device has free, say how many
+     * positions would (the context defaults to the model's limit, which may be far more). */
+    size_t per_pos = 0, free_b = 0, total_b = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == PLAN_ATTENTION)
+            per_pos += 2 * (size_t)p->ops[i].n_kv_heads * p->ops[i].head_dim * kvsz;
+    if (per_pos && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && per_pos * s->max_ctx > free_b) {
+        const size_t fit = free_b / per_pos * 9 / 10; /* a tenth left for the rest of the state */
+        char hint[64] = "";
+        if (fit) snprintf(hint, sizeof hint, ": pass --ctx %zu or less", fit);
+        return cuda_failf(s, "the KV cache of %u positions needs %.1f GiB and the GPU has %.1f GiB free%s",
+                          s->max_ctx, (double)(per_pos * s->max_ctx) / (1 << 30), (double)free_b / (1 << 30),
+                          hint);
+    }
     uint32_t maxh = 1, maxhd = 1, maxg = 1, min_kv = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
