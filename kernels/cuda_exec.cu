@@ -24,6 +24,14 @@ static float rope_scale(const plan_op *o) {
     return o->rope_scale > 0 ? o->rope_scale : 1.0f;
 }
 
+/* What the rope kernel needs of ROPE op `op` (-1: none): its frequencies on the device (NULL: no
+ * rotation), the factor on cos and sin and the rotated dims of a head (0: all). */
+static void rope_of(const cuda_session *s, int op, const double **freq, float *m, uint32_t *rot) {
+    *freq = op >= 0 ? s->op_freq[op] : NULL;
+    *m = op >= 0 ? rope_scale(&s->p->ops[op]) : 1.0f;
+    *rot = op >= 0 ? s->p->ops[op].rot_dim : 0;
+}
+
 /* The rope and KV-store epilogue of a q, k, v group (step attn_step's rope ops and caches). */
 static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     const step *at = &s->steps[st->attn_step];
@@ -247,15 +255,11 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.q = s->buf[a->q];
     r.ldq = ld_of(s, a->q);
     r.n_heads = a->n_heads;
-    r.q_freq = st->rope_q >= 0 ? s->op_freq[st->rope_q] : NULL;
-    r.q_m = st->rope_q >= 0 ? rope_scale(&p->ops[st->rope_q]) : 1.0f;
-    r.q_rot = st->rope_q >= 0 ? p->ops[st->rope_q].rot_dim : 0;
+    rope_of(s, st->rope_q, &r.q_freq, &r.q_m, &r.q_rot);
     r.k = s->buf[a->k];
     r.ldk = ld_of(s, a->k);
     r.n_kv = a->n_kv_heads;
-    r.k_freq = st->rope_k >= 0 ? s->op_freq[st->rope_k] : NULL;
-    r.k_m = st->rope_k >= 0 ? rope_scale(&p->ops[st->rope_k]) : 1.0f;
-    r.k_rot = st->rope_k >= 0 ? p->ops[st->rope_k].rot_dim : 0;
+    rope_of(s, st->rope_k, &r.k_freq, &r.k_m, &r.k_rot);
     r.v = s->buf[a->v];
     r.ldv = ld_of(s, a->v);
     r.kcache = s->op_kc[st->op];
@@ -294,9 +298,7 @@ static int run_rope(cuda_session *s, const step *st, uint32_t n) {
     r.q = s->buf[o->in];
     r.ldq = ld_of(s, o->in);
     r.n_heads = o->n_heads;
-    r.q_freq = s->op_freq[st->op];
-    r.q_m = rope_scale(o);
-    r.q_rot = o->rot_dim;
+    rope_of(s, st->op, &r.q_freq, &r.q_m, &r.q_rot);
     r.head_dim = o->head_dim;
     r.pos = s->d_pos;
     CK(s, launch_rope_store(&r, n, s->st));
