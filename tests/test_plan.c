@@ -316,6 +316,7 @@ static void test_longrope(void **state) {
     assert_float_equal(r->longrope[1][0], 0.5, 1e-9);
     assert_float_equal(r->longrope[1][1], 1.0 / 400.0, 1e-9);
     assert_float_equal(r->rope_scale, sqrt(1.0 + log(2.0) / log(16.0)), 1e-6);
+    assert_int_equal(plan_default_ctx(&b.p), 16); /* the short factors' reach, not the model's 32 */
     float lg[VOCAB], sh[VOCAB], lg2[VOCAB];
     run3(&b.p, lg);
     plan_set_ctx(&b.p, 16);
@@ -367,6 +368,7 @@ static void test_partial_rotary(void **state) {
     unbuild(&b);
     build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
     assert_int_equal(b.p.ops[5].rot_dim, 4);
+    assert_int_equal(plan_default_ctx(&b.p), 32); /* no LongRoPE: the model's limit */
     run3(&b.p, whole);
     unbuild(&b);
     double d = 0;

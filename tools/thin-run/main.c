@@ -67,8 +67,9 @@ static void usage(void) {
         "  --top-p P             nucleus sampling mass (default 0.95; 1 = off)\n"
         "  --seed S              sampler seed (default: from the clock)\n"
         "  --stop STR            stop when the text contains STR (repeatable)\n"
-        "  --ctx N               context length (default: the model's limit); a LongRoPE model\n"
-        "                        takes its short factors up to its original context, else long\n"
+        "  --ctx N               context length (default: the model's limit; for a LongRoPE\n"
+        "                        model its original context, whose short factors it then takes;\n"
+        "                        a longer --ctx takes the long factors)\n"
         "Measurement:\n"
         "  --score FILE          teacher-forced: run the ids in FILE ('-' stdin) and write the\n"
         "                        logits of every position as raw F32 rows to --out\n"
@@ -216,6 +217,15 @@ typedef struct run {
     int32_t chat_stop;      /* id of the token that ends an assistant turn (--chat), or -1 */
 } run;
 
+/* Where the context was not asked for and the model allows more (a LongRoPE model's default):
+ * how to get more, for the messages about a full context; else "". */
+static const char *ctx_hint(const run *r) {
+    static char hint[96];
+    if (r->o->ctx || r->ctx >= r->p.hp.max_pos) return "";
+    snprintf(hint, sizeof hint, " (the default; --ctx allows up to %u)", r->p.hp.max_pos);
+    return hint;
+}
+
 static int verify_progress(void *user, uint64_t done, uint64_t total) {
     (void)user;
     cli_progress("verifying", done, total);
@@ -299,7 +309,7 @@ static int start_backend(run *r) {
     if (o->ctx > r->p.hp.max_pos)
         return cli_error("--ctx %lld exceeds the model's limit of %u positions", o->ctx,
                          r->p.hp.max_pos), CLI_EXIT_DATA;
-    r->ctx = o->ctx ? (uint32_t)o->ctx : r->p.hp.max_pos;
+    r->ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
     plan_set_ctx(&r->p, r->ctx);
     char err[512];
     if (r->be->create(&r->sess, &r->p, r->ctx, r->threads, err, sizeof err))
@@ -500,8 +510,8 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
         if (pos >= r->ctx) {
             g->stop = "context";
             if (!r->o->quiet && !r->o->json)
-                fprintf(stderr, "\n%s: note: reached the context limit of %u positions\n",
-                        cli_prog(), r->ctx);
+                fprintf(stderr, "\n%s: note: reached the context limit of %u positions%s\n",
+                        cli_prog(), r->ctx, ctx_hint(r));
             break;
         }
         int rc;
@@ -589,8 +599,8 @@ static int generate(run *r) {
     int rc = prompt_ids(r, &prompt, &g.n_prompt);
     if (rc) return rc;
     if (g.n_prompt > r->ctx) {
-        cli_error("the prompt has %zu tokens, more than the context of %u positions", g.n_prompt,
-                  r->ctx);
+        cli_error("the prompt has %zu tokens, more than the context of %u positions%s", g.n_prompt,
+                  r->ctx, ctx_hint(r));
         free(prompt);
         return CLI_EXIT_DATA;
     }
@@ -643,8 +653,8 @@ static int score(run *r) {
     int to_stdout = !o->out || strcmp(o->out, "-") == 0;
     FILE *out = to_stdout ? stdout : fopen(o->out, "wb");
     if (n > r->ctx)
-        rc = CLI_EXIT_DATA, cli_error("%s: %zu ids, more than the context of %u positions",
-                                      o->score, n, r->ctx);
+        rc = CLI_EXIT_DATA, cli_error("%s: %zu ids, more than the context of %u positions%s",
+                                      o->score, n, r->ctx, ctx_hint(r));
     else if (!out) rc = CLI_EXIT_DATA, cli_error("%s: cannot create: %s", o->out, strerror(errno));
     else if (to_stdout && cli_stdout_is_tty())
         rc = CLI_EXIT_DATA, cli_error("refusing to write binary logits to a terminal (use --out)");

@@ -631,6 +631,15 @@ void plan_set_ctx(plan *p, uint32_t ctx) {
     }
 }
 
+uint32_t plan_default_ctx(const plan *p) {
+    uint32_t ctx = p->hp.max_pos;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *op = &p->ops[i];
+        if (op->kind == PLAN_ROPE && op->longrope[0] && op->longrope_ctx < ctx) ctx = op->longrope_ctx;
+    }
+    return ctx;
+}
+
 void plan_free(plan *p) {
     if (!p) return;
     plan_owned *own = p->owned_;

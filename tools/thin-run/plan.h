@@ -90,6 +90,10 @@ void plan_free(plan *p);
 /* Fits the plan to a session of ctx positions (0: the model's limit, which plan_build assumes):
  * LongRoPE ops take their long table where ctx exceeds the original context, else the short one. */
 void plan_set_ctx(plan *p, uint32_t ctx);
+/* The context of a session that asks for none: the model's limit, or for a LongRoPE model its
+ * original context (the reach of its short factors, which transformers also takes for sequences
+ * that fit there; the long factors and the longer context need asking for). */
+uint32_t plan_default_ctx(const plan *p);
 /* Whether the tape runs split over n devices as its linears' split marks say (tensor parallel):
  * a "col" linear divides its output rows, which stay divided through the ops that work per head
  * or per element (rope, head_rmsnorm, attention with whole query and KV heads per device, a KV
