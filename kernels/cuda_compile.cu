@@ -152,7 +152,7 @@ static int qkv_fusable(const cuda_session *s, const step *l, const step *a) {
     if (at->head_dim < 2 || at->head_dim % 2) return 0;
     const int ropes[2] = {a->rope_q, a->rope_k};
     for (int r = 0; r < 2; r++)
-        if (ropes[r] >= 0 && p->ops[ropes[r]].rot_dim && p->ops[ropes[r]].rot_dim != at->head_dim)
+        if (ropes[r] >= 0 && plan_rot_dim(&p->ops[ropes[r]]) != at->head_dim)
             return 0;
     if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32) return 0;
     for (int k = 0; k < 3; k++) {

@@ -19,17 +19,12 @@ static inline float *row_of(const cuda_session *s, int b, uint32_t r) {
     return s->buf[b] + (size_t)r * ld_of(s, b);
 }
 
-/* The factor on a ROPE op's cos and sin (LongRoPE's attention factor; 0 in the plan means 1). */
-static float rope_scale(const plan_op *o) {
-    return o->rope_scale > 0 ? o->rope_scale : 1.0f;
-}
-
-/* What the rope kernel needs of ROPE op `op` (-1: none): its frequencies on the device (NULL: no
- * rotation), the factor on cos and sin and the rotated dims of a head (0: all). */
+/* What the rope kernels need of ROPE op `op` (-1: none): its frequencies on the device (NULL: no
+ * rotation), the factor on cos and sin (1 without one) and the rotated dims of a head. */
 static void rope_of(const cuda_session *s, int op, const double **freq, float *m, uint32_t *rot) {
     *freq = op >= 0 ? s->op_freq[op] : NULL;
-    *m = op >= 0 ? rope_scale(&s->p->ops[op]) : 1.0f;
-    *rot = op >= 0 ? s->p->ops[op].rot_dim : 0;
+    *m = op >= 0 ? plan_rope_scale(&s->p->ops[op]) : 1.0f;
+    *rot = op >= 0 ? plan_rot_dim(&s->p->ops[op]) : 0;
 }
 
 /* The rope and KV-store epilogue of a q, k, v group (step attn_step's rope ops and caches). */
@@ -40,10 +35,9 @@ static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     a->head_dim = o->head_dim;
     a->kv_dtype = s->p->kv_dtype;
     a->pos = s->d_pos;
-    a->seg[0].freq = at->rope_q >= 0 ? s->op_freq[at->rope_q] : NULL;
-    a->seg[1].freq = at->rope_k >= 0 ? s->op_freq[at->rope_k] : NULL;
-    a->seg[0].rope_m = at->rope_q >= 0 ? rope_scale(&s->p->ops[at->rope_q]) : 1.0f;
-    a->seg[1].rope_m = at->rope_k >= 0 ? rope_scale(&s->p->ops[at->rope_k]) : 1.0f;
+    uint32_t rot; /* whole heads: qkv_fusable leaves partial rotations to the rope kernel */
+    rope_of(s, at->rope_q, &a->seg[0].freq, &a->seg[0].rope_m, &rot);
+    rope_of(s, at->rope_k, &a->seg[1].freq, &a->seg[1].rope_m, &rot);
     a->seg[1].cache = s->op_kc[at->op];
     a->seg[2].cache = s->op_vc[at->op];
 }

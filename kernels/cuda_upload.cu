@@ -183,7 +183,7 @@ int upload_rope_tables(cuda_session *s) {
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *op = &p->ops[i];
         if (op->kind != PLAN_ROPE) continue;
-        const uint32_t rd = op->rot_dim ? op->rot_dim : op->head_dim, half = rd / 2;
+        const uint32_t rd = plan_rot_dim(op), half = rd / 2;
         double *h = (double *)malloc((half ? half : 1) * sizeof(double));
         if (!h) return cuda_failf(s, "out of memory");
         for (uint32_t j = 0; j < half; j++)

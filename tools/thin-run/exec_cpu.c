@@ -151,8 +151,8 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
             op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps);
             break;
         case PLAN_ROPE:
-            op_rope(row(s, op->in, i), op->n_heads, op->head_dim, op->rot_dim, j->pos + i,
-                    op->theta, op->inv_freq, op->rope_scale > 0 ? op->rope_scale : 1.0f);
+            op_rope(row(s, op->in, i), op->n_heads, op->head_dim, plan_rot_dim(op), j->pos + i,
+                    op->theta, op->inv_freq, plan_rope_scale(op));
             break;
         case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;

@@ -56,6 +56,11 @@ typedef struct plan_op {
     uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads = heads in the buffer), ATTENTION */
 } plan_op;
 
+/* A ROPE op's factor on cos and sin and its rotated dims of a head, with their zero defaults
+ * (plans built by hand leave them 0) resolved: 1, and the whole head. */
+static inline float plan_rope_scale(const plan_op *o) { return o->rope_scale > 0 ? o->rope_scale : 1.0f; }
+static inline uint32_t plan_rot_dim(const plan_op *o) { return o->rot_dim ? o->rot_dim : o->head_dim; }
+
 typedef struct plan_hparams {
     uint32_t vocab_size, hidden_size, intermediate_size;
     uint32_t n_layers, n_heads, n_kv_heads, head_dim;
