@@ -398,7 +398,7 @@ extern "C" void cuda_session_free(cuda_session *s) {
     gemm_lt_destroy(s->lt);
     for (uint32_t i = 0; i < s->n_allocs; i++) cudaFree(s->allocs[i]);
     if (s->h_io) cudaFreeHost(s->h_io);
-    if (s->h_row) sampler_free(&s->h_smp);
+    sampler_free(&s->h_smp); /* no candidates (NULL) unless the host draw set it up */
     free(s->h_row);
     if (s->h_ring) cudaFreeHost(s->h_ring);
     for (int k = 0; k < 2; k++)
@@ -623,8 +623,7 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         if (!s->h_row) { /* once: the row and the sampler's candidates (the draw is `coin`) */
             if (!(s->h_row = (float *)malloc((size_t)vocab * sizeof(float))) ||
                 sampler_init(&s->h_smp, vocab, temperature, top_k, top_p, 0)) {
-                if (s->h_row) sampler_free(&s->h_smp);
-    free(s->h_row);
+                free(s->h_row);
                 s->h_row = NULL;
                 return cuda_failf(s, "out of memory");
             }
