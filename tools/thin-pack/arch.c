@@ -160,14 +160,32 @@ static json_t *longrope_scaling(const ctx *c, const hp *h, const json_t *sc)
     return o;
 }
 
+/* The rotated part of each head: partial_rotary_factor f (config.json's, or that of its
+ * rope_parameters rp as transformers 5 writes it) rotates the first (int)(head_dim * f) dims, as
+ * transformers takes it; 0 where that is not an even count of at least 2 (check_act then leaves
+ * the model without a tape). */
+static void read_rot_dim(const ctx *c, hp *h, const json_t *rp)
+{
+    const json_t *prf = json_object_get(c->config, "partial_rotary_factor");
+    if (!prf && rp)
+        prf = json_object_get(rp, "partial_rotary_factor");
+    h->rot_dim = h->head_dim;
+    if (prf && !json_is_null(prf)) {
+        double f = json_number_value(prf);
+        int64_t rd = json_is_number(prf) && f > 0 && f <= 1 ? (int64_t)((double)h->head_dim * f) : 0;
+        h->rot_dim = rd >= 2 && rd % 2 == 0 ? rd : 0;
+    }
+}
+
 /* RoPE base and scaling: transformers 5 writes one "rope_parameters" object ({"rope_theta",
  * "rope_type", scaling fields}; or one per layer type, of which "full_attention" applies), older
  * configs "rope_theta" and "rope_scaling". A rope_type other than "default" is passed on as the
- * scaling object, LongRoPE's completed by longrope_scaling. */
+ * scaling object, LongRoPE's completed by longrope_scaling. Also the rotated dims (read_rot_dim). */
 static int read_rope(const ctx *c, hp *h)
 {
     const json_t *rp = json_object_get(c->config, "rope_parameters");
     if (!json_is_object(rp)) {
+        read_rot_dim(c, h, NULL);
         const json_t *sc = json_object_get(c->config, "rope_scaling");
         if (sc && !(h->rope_scaling = longrope_scaling(c, h, sc)))
             return -1;
@@ -176,6 +194,7 @@ static int read_rope(const ctx *c, hp *h)
     const json_t *full = json_object_get(rp, "full_attention");
     if (json_is_object(full))
         rp = full;
+    read_rot_dim(c, h, rp);
     const json_t *t = json_object_get(rp, "rope_theta");
     h->theta = default_theta(c->family);
     if (t && !json_is_null(t)) {
@@ -517,32 +536,18 @@ static json_t *build_tape(const hp *h, int qk_norm)
     return tape;
 }
 
-/* The activation and the rotated part of each head: partial_rotary_factor f (config.json's, or
- * its rope_parameters' as transformers 5 writes it) rotates the first (int)(head_dim * f) dims, as
- * transformers takes it; that must be even and positive. */
-static int check_act(const ctx *c, hp *h)
+/* The activation, and a rotated part of each head that the tape can state (read_rot_dim). */
+static int check_act(const ctx *c, const hp *h)
 {
     const json_t *act = json_object_get(c->config, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
         warnf(c, "no execution tape: hidden_act is not \"silu\"");
         return -1;
     }
-    const json_t *prf = json_object_get(c->config, "partial_rotary_factor");
-    const json_t *rp = json_object_get(c->config, "rope_parameters");
-    if (json_is_object(json_object_get(rp, "full_attention")))
-        rp = json_object_get(rp, "full_attention");
-    if (!prf && json_is_object(rp))
-        prf = json_object_get(rp, "partial_rotary_factor");
-    h->rot_dim = h->head_dim;
-    if (prf && !json_is_null(prf)) {
-        double f = json_number_value(prf);
-        int64_t rd = json_is_number(prf) && f > 0 && f <= 1 ? (int64_t)((double)h->head_dim * f) : 0;
-        if (rd < 2 || rd % 2) {
-            warnf(c, "no execution tape: partial_rotary_factor does not rotate an even number of "
-                  "dims of a head of %lld", (long long)h->head_dim);
-            return -1;
-        }
-        h->rot_dim = rd;
+    if (!h->rot_dim) {
+        warnf(c, "no execution tape: partial_rotary_factor does not rotate an even number of "
+              "dims of a head of %lld", (long long)h->head_dim);
+        return -1;
     }
     return 0;
 }
