@@ -540,6 +540,32 @@ static void run_heads(const char *tag) {
 #undef CASE
 }
 
+/* A context whose KV cache cannot fit the GPU's free memory is refused when the session is
+ * created, with a context that would fit in the message, and a session of the usual context
+ * still comes up afterwards (nothing of the failed one left behind). */
+static void run_kv_fit(const char *tag) {
+    if (pass_skipped(tag)) return;
+    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    KV = NKV * HD;
+    model m;
+    build(&m, THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32);
+    m.p.hp.max_pos = 0; /* no model limit: the memory check alone decides */
+    char err[512] = "", what[700];
+    cuda_session *s = NULL;
+    const uint32_t huge = 4000000000u; /* 4e9 positions of 1 KiB of F32 K/V: 4 TB */
+    const int rc = cuda_session_create(&s, &m.p, huge, err, sizeof err);
+    snprintf(what, sizeof what, "%sa KV cache of %u positions refused (%s)", tag, huge, rc ? err : "created");
+    check(rc != 0 && s == NULL && strstr(err, "KV cache") && strstr(err, "--ctx "), what, rc, 0);
+    cuda_session_free(s);
+    s = NULL;
+    const int ok = cuda_session_create(&s, &m.p, CTX, err, sizeof err);
+    snprintf(what, sizeof what, "%sa session of %u positions after it%s%s", tag, (unsigned)CTX, ok ? ": " : "",
+             ok ? err : "");
+    check(ok == 0, what, ok, 0);
+    cuda_session_free(s);
+    free_model(&m);
+}
+
 int main(void) {
     if (!cuda_backend_available()) {
         printf("test_cuda_backend: no CUDA device: skipped\n");
@@ -552,6 +578,7 @@ int main(void) {
     setenv("THIN_CUDA_AHEAD", "1", 0);
     run_all("");
     run_sampling("sampling: ");
+    run_kv_fit("kv fit: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
      * others keep the per-op kernels). */
     setenv("THIN_CUDA_STREAM", "1", 1);
