@@ -114,19 +114,29 @@ static int alloc_state(cuda_session *s) {
         CK(s, cudaMemset(s->buf[i], 0, (size_t)s->max_batch * p->buf_sizes[i] * sizeof(float)));
     }
     size_t kvsz = thin_dtype_size(p->kv_dtype);
-    /* The KV caches at once: where they cannot fit what the device has free, say how many
-     * positions would (the context defaults to the model's limit, which may be far more). */
+    /* The KV caches at once: where they cannot fit what the device has free (a tenth of it kept
+     * for the rest of the state; THIN_CUDA_KV_MEM=BYTES caps them further, to share a GPU), take
+     * as many positions as fit where the caller allows fewer, down to min_ctx, else say how many
+     * would fit (the context defaults to the model's limit, which may be far more). */
     size_t per_pos = 0, free_b = 0, total_b = 0;
     for (uint32_t i = 0; i < p->n_ops; i++)
         if (p->ops[i].kind == PLAN_ATTENTION)
             per_pos += 2 * (size_t)p->ops[i].n_kv_heads * p->ops[i].head_dim * kvsz;
-    if (per_pos && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && per_pos * s->max_ctx > free_b) {
-        const size_t fit = free_b / per_pos * 9 / 10; /* a tenth left for the rest of the state */
-        char hint[64] = "";
-        if (fit) snprintf(hint, sizeof hint, ": pass --ctx %zu or less", fit);
-        return cuda_failf(s, "the KV cache of %u positions needs %.1f GiB and the GPU has %.1f GiB free%s",
-                          s->max_ctx, (double)(per_pos * s->max_ctx) / (1 << 30), (double)free_b / (1 << 30),
-                          hint);
+    if (per_pos && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        const char *cap = getenv("THIN_CUDA_KV_MEM");
+        const size_t capb = cap && *cap ? (size_t)strtoull(cap, NULL, 10) : SIZE_MAX;
+        const size_t limit = capb < free_b ? capb : free_b, room = free_b / 10 * 9;
+        const size_t fit = (limit < room ? limit : room) / per_pos;
+        if (fit < s->max_ctx && fit >= s->min_ctx) {
+            s->max_ctx = (uint32_t)fit;
+        } else if (per_pos * s->max_ctx > limit) {
+            char hint[64] = "";
+            if (fit) snprintf(hint, sizeof hint, ": pass --ctx %zu or less", fit);
+            return cuda_failf(s, "the KV cache of %u positions needs %.1f GiB and %s %.1f GiB%s", s->max_ctx,
+                              (double)(per_pos * s->max_ctx) / (1 << 30),
+                              capb < free_b ? "THIN_CUDA_KV_MEM allows" : "the GPU has free",
+                              (double)limit / (1 << 30), hint);
+        }
     }
     uint32_t maxh = 1, maxhd = 1, maxg = 1, min_kv = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_ops; i++) {
@@ -364,6 +374,13 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
 
 extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t max_ctx, char *err,
                                    size_t errlen) {
+    return cuda_session_create_fit(out, p, max_ctx, max_ctx, err, errlen);
+}
+
+extern "C" uint32_t cuda_session_ctx(const cuda_session *s) { return s ? s->max_ctx : 0; }
+
+extern "C" int cuda_session_create_fit(cuda_session **out, const plan *p, uint32_t max_ctx, uint32_t min_ctx,
+                                       char *err, size_t errlen) {
     *out = NULL;
     if (p->shards > 1) { /* a split run stands for several devices: the CPU backend's */
         if (err && errlen)
@@ -377,6 +394,7 @@ extern "C" int cuda_session_create(cuda_session **out, const plan *p, uint32_t m
         return -1;
     }
     s->p = p;
+    s->min_ctx = min_ctx;
     if (session_init(s, max_ctx)) {
         if (err && errlen) snprintf(err, errlen, "%s", s->err);
         cuda_session_free(s);
@@ -849,10 +867,12 @@ extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_byt
 }
 
 /* The backend_ops wrapper that thin-run selects with --device cuda. */
-static int ops_create(void **sess, const plan *p, uint32_t max_ctx, unsigned threads, char *err,
-                      size_t errlen) {
+static int ops_create(void **sess, const plan *p, uint32_t *ctx, uint32_t min_ctx, unsigned threads,
+                      char *err, size_t errlen) {
     (void)threads;
-    return cuda_session_create((cuda_session **)sess, p, max_ctx, err, errlen);
+    if (cuda_session_create_fit((cuda_session **)sess, p, *ctx, min_ctx, err, errlen)) return -1;
+    *ctx = cuda_session_ctx((const cuda_session *)*sess);
+    return 0;
 }
 static int ops_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
                        int32_t *argmax) {

@@ -77,6 +77,7 @@ typedef struct stager {
 struct cuda_session {
     const plan *p;
     uint32_t max_ctx, max_batch; /* positions; rows per forward chunk */
+    uint32_t min_ctx;            /* the fewest positions the caller takes where max_ctx does not fit */
     int n_sm;
     cudaStream_t st;
     /* per op (p->n_ops entries) */

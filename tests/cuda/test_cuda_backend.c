@@ -540,9 +540,9 @@ static void run_heads(const char *tag) {
 #undef CASE
 }
 
-/* A context whose KV cache cannot fit the GPU's free memory is refused when the session is
- * created, with a context that would fit in the message, and a session of the usual context
- * still comes up afterwards (nothing of the failed one left behind). */
+/* A context whose KV cache cannot fit the memory it may take (the GPU's free memory, here capped
+ * by THIN_CUDA_KV_MEM) is refused when the session is created, with a context that would fit in
+ * the message; allowed fewer positions, a session takes as many as fit and runs at its last. */
 static void run_kv_fit(const char *tag) {
     if (pass_skipped(tag)) return;
     H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
@@ -551,17 +551,33 @@ static void run_kv_fit(const char *tag) {
     build(&m, THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32);
     m.p.hp.max_pos = 0; /* no model limit: the memory check alone decides */
     char err[512] = "", what[700];
+    /* 2 layers of F32 K and V rows of 64: 1 KiB a position, so 1 MiB holds 1024 positions */
+    setenv("THIN_CUDA_KV_MEM", "1048576", 1);
     cuda_session *s = NULL;
-    const uint32_t huge = 4000000000u; /* 4e9 positions of 1 KiB of F32 K/V: 4 TB */
-    const int rc = cuda_session_create(&s, &m.p, huge, err, sizeof err);
-    snprintf(what, sizeof what, "%sa KV cache of %u positions refused (%s)", tag, huge, rc ? err : "created");
-    check(rc != 0 && s == NULL && strstr(err, "KV cache") && strstr(err, "--ctx "), what, rc, 0);
+    const uint32_t want = 4000;
+    const int rc = cuda_session_create(&s, &m.p, want, err, sizeof err);
+    snprintf(what, sizeof what, "%s%u positions in 1 MiB refused (%s)", tag, want, rc ? err : "created");
+    check(rc != 0 && s == NULL && strstr(err, "KV cache") && strstr(err, "--ctx 1024 or less"), what, rc, 0);
     cuda_session_free(s);
     s = NULL;
-    const int ok = cuda_session_create(&s, &m.p, CTX, err, sizeof err);
-    snprintf(what, sizeof what, "%sa session of %u positions after it%s%s", tag, (unsigned)CTX, ok ? ": " : "",
-             ok ? err : "");
-    check(ok == 0, what, ok, 0);
+    const int fit = cuda_session_create_fit(&s, &m.p, want, CTX, err, sizeof err);
+    const uint32_t got = fit ? 0 : cuda_session_ctx(s);
+    int32_t tok = 7, am = -1;
+    const int run = fit ? -1 : cuda_session_forward(s, &tok, 1, got - 1, NULL, &am);
+    snprintf(what, sizeof what, "%sallowed %u or fewer: %u positions, a step at the last%s%s", tag, want, got,
+             fit ? ": " : "", fit ? err : "");
+    check(fit == 0 && got == 1024 && run == 0 && am >= 0 && am < (int32_t)V, what, got, 1024);
+    cuda_session_free(s);
+    s = NULL;
+    const int low = cuda_session_create_fit(&s, &m.p, want, 2000, err, sizeof err);
+    snprintf(what, sizeof what, "%sat least 2000 in 1 MiB refused (%s)", tag, low ? err : "created");
+    check(low != 0 && s == NULL, what, low, 0);
+    cuda_session_free(s);
+    s = NULL;
+    unsetenv("THIN_CUDA_KV_MEM");
+    const int ok = cuda_session_create(&s, &m.p, want, err, sizeof err);
+    snprintf(what, sizeof what, "%s%u positions uncapped%s%s", tag, want, ok ? ": " : "", ok ? err : "");
+    check(ok == 0 && cuda_session_ctx(s) == want, what, ok, 0);
     cuda_session_free(s);
     free_model(&m);
 }

@@ -12,7 +12,13 @@
  *   int  cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx,
  *                            char *err, size_t errlen);
  *          uploads the plan's weights, allocates buffers and KV caches (p->kv_dtype) for
- *          max_ctx positions (max_ctx <= p->hp.max_pos).
+ *          max_ctx positions (max_ctx <= p->hp.max_pos); fails with a --ctx hint where the KV
+ *          caches would not fit the GPU's free memory.
+ *   int  cuda_session_create_fit(cuda_session **s, const plan *p, uint32_t max_ctx,
+ *                                uint32_t min_ctx, char *err, size_t errlen);
+ *          the same, with as many positions as fit (keeping a tenth of the free memory for the
+ *          rest of the state) where max_ctx would not, but at least min_ctx;
+ *          cuda_session_ctx(s) tells how many it took.
  *   int  cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
  *                             float *logits, int32_t *argmax);
  *          runs tokens[0..n) at positions pos..pos+n-1 (pos + n <= max_ctx; n > 1 is a batched
@@ -59,9 +65,12 @@ extern "C" {
 /* A backend: a session is an opaque pointer owned by the backend. */
 typedef struct backend_ops {
     const char *name; /* "cpu", "cuda" */
-    /* Creates a session for max_ctx positions; threads is a hint (0 = all cores). */
-    int (*create)(void **sess, const plan *p, uint32_t max_ctx, unsigned threads, char *err,
-                  size_t errlen);
+    /* Creates a session for *ctx positions; threads is a hint (0 = all cores). Where the KV
+     * caches of *ctx positions would not fit the device's free memory, a backend may take fewer,
+     * as many as fit but at least min_ctx (min_ctx >= *ctx: exactly *ctx or fail), and writes
+     * the count it took to *ctx. */
+    int (*create)(void **sess, const plan *p, uint32_t *ctx, uint32_t min_ctx, unsigned threads,
+                  char *err, size_t errlen);
     /* Runs tokens[0..n) at positions pos..pos+n-1; logits (n × vocab) and argmax (n) may be NULL. */
     int (*forward)(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,
                    int32_t *argmax);
@@ -106,6 +115,9 @@ typedef struct cuda_session cuda_session;
 int cuda_backend_available(void);
 int cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx, char *err,
                         size_t errlen);
+int cuda_session_create_fit(cuda_session **s, const plan *p, uint32_t max_ctx, uint32_t min_ctx,
+                            char *err, size_t errlen);
+uint32_t cuda_session_ctx(const cuda_session *s);
 int cuda_session_forward(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
                          float *logits, int32_t *argmax);
 int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,

@@ -305,9 +305,11 @@ void cpu_session_free(cpu_session *s) {
 
 /* ---- backend_ops wrapper ---- */
 
-static int be_create(void **sess, const plan *p, uint32_t max_ctx, unsigned threads, char *err,
-                     size_t errlen) {
-    return cpu_session_create((cpu_session **)sess, p, max_ctx, threads, err, errlen);
+/* The CPU's KV caches take the context asked for (their pages are touched only as it fills). */
+static int be_create(void **sess, const plan *p, uint32_t *ctx, uint32_t min_ctx, unsigned threads,
+                     char *err, size_t errlen) {
+    (void)min_ctx;
+    return cpu_session_create((cpu_session **)sess, p, *ctx, threads, err, errlen);
 }
 
 static int be_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits,

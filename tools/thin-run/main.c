@@ -33,6 +33,8 @@
 #endif
 
 #define MAX_STOPS 16
+/* The fewest positions a defaulted context shrinks to where the GPU cannot hold the default. */
+#define CTX_LEAST 256
 
 typedef struct options {
     const char *model, *prompt, *ids, *ids_file, *score, *out, *dump_logits, *system;
@@ -69,7 +71,9 @@ static void usage(void) {
         "  --stop STR            stop when the text contains STR (repeatable)\n"
         "  --ctx N               context length (default: the model's limit; for a LongRoPE\n"
         "                        model its original context, whose short factors it then takes;\n"
-        "                        a longer --ctx takes the long factors)\n"
+        "                        a longer --ctx takes the long factors; on a GPU whose free\n"
+        "                        memory cannot hold the default's KV cache, as many positions\n"
+        "                        as it holds, with a note)\n"
         "Measurement:\n"
         "  --score FILE          teacher-forced: run the ids in FILE ('-' stdin) and write the\n"
         "                        logits of every position as raw F32 rows to --out\n"
@@ -311,9 +315,15 @@ static int start_backend(run *r) {
                          r->p.hp.max_pos), CLI_EXIT_DATA;
     r->ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
     plan_set_ctx(&r->p, r->ctx);
+    /* An explicit --ctx is taken as given; the default may shrink to what the device holds (the
+     * default is at most a LongRoPE model's original context, so the rope table stays). */
+    const uint32_t want = r->ctx, least = o->ctx ? r->ctx : r->ctx < CTX_LEAST ? r->ctx : CTX_LEAST;
     char err[512];
-    if (r->be->create(&r->sess, &r->p, r->ctx, r->threads, err, sizeof err))
+    if (r->be->create(&r->sess, &r->p, &r->ctx, least, r->threads, err, sizeof err))
         return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
+    if (r->ctx < want)
+        cli_warn("%s: context of %u positions, as many as the GPU's free memory holds (the default of "
+                 "%u would not fit; --ctx sets it)", o->model, r->ctx, want);
     return 0;
 }
 
