@@ -104,6 +104,15 @@ static void split_plan(const cuda_session *s, uint32_t want, uint32_t group, uin
     *chunk_max = cm < ATTN_MIN_CHUNK ? ATTN_MIN_CHUNK : cm;
 }
 
+/* A byte count for a message: "1.5 GiB", "12.0 MiB", "312.5 KiB". */
+static const char *mem_size(char *buf, size_t n, size_t bytes) {
+    const double b = (double)bytes;
+    if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024) snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    return buf;
+}
+
 /* Buffers, KV caches and scratch. */
 static int alloc_state(cuda_session *s) {
     const plan *p = s->p;
@@ -130,12 +139,12 @@ static int alloc_state(cuda_session *s) {
         if (fit < s->max_ctx && fit >= s->min_ctx) {
             s->max_ctx = (uint32_t)fit;
         } else if (per_pos * s->max_ctx > limit) {
-            char hint[64] = "";
+            char hint[64] = "", need[32], have[32];
             if (fit) snprintf(hint, sizeof hint, ": pass --ctx %zu or less", fit);
-            return cuda_failf(s, "the KV cache of %u positions needs %.1f GiB and %s %.1f GiB%s", s->max_ctx,
-                              (double)(per_pos * s->max_ctx) / (1 << 30),
+            return cuda_failf(s, "the KV cache of %u positions needs %s and %s %s%s", s->max_ctx,
+                              mem_size(need, sizeof need, per_pos * s->max_ctx),
                               capb < free_b ? "THIN_CUDA_KV_MEM allows" : "the GPU has free",
-                              (double)limit / (1 << 30), hint);
+                              mem_size(have, sizeof have, limit), hint);
         }
     }
     uint32_t maxh = 1, maxhd = 1, maxg = 1, min_kv = UINT32_MAX;

@@ -322,8 +322,8 @@ static int start_backend(run *r) {
     if (r->be->create(&r->sess, &r->p, &r->ctx, least, r->threads, err, sizeof err))
         return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
     if (r->ctx < want)
-        cli_warn("%s: context of %u positions, as many as the GPU's free memory holds (the default of "
-                 "%u would not fit; --ctx sets it)", o->model, r->ctx, want);
+        cli_warn("%s: context of %u positions, as many as fit in the GPU's memory (the default of %u "
+                 "would not; --ctx sets it)", o->model, r->ctx, want);
     return 0;
 }
 
