@@ -34,6 +34,8 @@
 
 namespace cg = cooperative_groups;
 
+int thin_cuda_ao_push = 0;
+
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)
 #define AO_CHUNK_MAX (32u * AO_WARPS) /* positions per block: a warp per 32 */
@@ -44,6 +46,9 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
 
 /* o rows per block: the rows over the cluster, rounded up to whole float4s. */
 static __host__ __device__ inline uint32_t ao_rows_per(uint32_t rows) {
@@ -53,15 +58,16 @@ static __host__ __device__ inline uint32_t ao_rows_per(uint32_t rows) {
 /* Byte offsets of the dynamic shared memory: the weight area (o rows; in the attention block
  * kernel first its q rows, at least w_min bytes), x (x_bytes; that kernel only), K rows, V rows
  * (chunk of each), q, the warps' sums, the head's output (in the matvec's float4 planes), the
- * block's partial (head_dim sums, max, sum of exp), the o products, n_bar mbarriers. The o rows
+ * block's partial (head_dim sums, max, sum of exp), the o products, the cluster's partials as
+ * pushed by its blocks (pall floats; THIN_CUDA_AO_PUSH), n_bar mbarriers. The o rows
  * lie 16 bytes longer than their head_dim columns, so that the 16-byte reads of consecutive rows by
  * the lanes of a warp fall in distinct banks. */
 struct ao_layout {
-    uint32_t w, xs, k, v, q, red, oh, part, ys, bar, total;
+    uint32_t w, xs, k, v, q, red, oh, part, ys, pall, bar, total;
 };
 static __host__ __device__ inline ao_layout ao_layout_of(uint32_t hd, int kv_dtype, int o_dtype, uint32_t rows_per,
                                                          uint32_t chunk, uint32_t w_min = 0, uint32_t x_bytes = 0,
-                                                         uint32_t n_bar = 0) {
+                                                         uint32_t n_bar = 0, uint32_t pall = 0) {
     ao_layout l;
     const uint32_t wrb = hd * (o_dtype == THIN_DTYPE_F8_E4M3 ? 1u : 2u) + 16; /* padded: see above */
     const uint32_t wb = rows_per * wrb > w_min ? rows_per * wrb : w_min;
@@ -74,7 +80,8 @@ static __host__ __device__ inline ao_layout ao_layout_of(uint32_t hd, int kv_dty
     l.oh = l.red + AO_WARPS * hd * 4;
     l.part = l.oh + hd * 4;
     l.ys = l.part + (hd + 4) * 4;
-    l.bar = (l.ys + rows_per * 4 + 7) / 8 * 8;
+    l.pall = l.ys + rows_per * 4; /* rows_per is a multiple of 4 */
+    l.bar = (l.pall + pall * 4 + 7) / 8 * 8;
     l.total = l.bar + n_bar * 8;
     return l;
 }
@@ -94,7 +101,7 @@ struct ao_sync {
  * qs, the o rows requested (cp.async, the newest commit group). Scores, softmax and V sum of the
  * span, the head's blocks' combine (GL: through global memory, see ao_sync), the o rows times the
  * head's output, added into the residual. */
-template <int KDT, int WDT, int DPL, bool GL>
+template <int KDT, int WDT, int DPL, bool GL, bool PUSH = false>
 __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L, uint8_t *smb, float *mlw,
                                         uint32_t npos, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
                                         float4 sc4, const ao_sync &sy, ktrace &kt, unsigned int kind) {
@@ -153,7 +160,14 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         if (lane == 0) mlw[2 * w] = m, mlw[2 * w + 1] = l;
     }
     __syncthreads();
-    /* the block's partial: its sums against its own max (an empty span: max -inf, sum 0) */
+    constexpr uint32_t GPS = HD + 4; /* floats from one block's global (or pushed) partial to the next */
+    float *pall = (float *)(smb + L.pall);
+    /* PUSH: every block of the cluster has started (its arrival at the kernel's start), so its
+     * shared memory may be written */
+    if constexpr (PUSH) cluster_wait();
+    /* the block's partial: its sums against its own max (an empty span: max -inf, sum 0); PUSH:
+     * stored straight into every block's pall (an empty span's block stores nothing: the merge
+     * reads the blocks with positions only) */
     for (uint32_t d = tid; d < HD; d += AO_THREADS) {
         float M = -INFINITY;
         for (uint32_t k = 0; k < nact; k++) M = fmaxf(M, mlw[2 * k]);
@@ -163,11 +177,21 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
             Ls += mlw[2 * k + 1] * f;
             o += red[k * HD + d] * f;
         }
-        part[d] = o;
-        if (d == 0) part[HD] = M, part[HD + 1] = Ls;
+        if constexpr (PUSH) {
+            if (nact) {
+#pragma unroll
+                for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) {
+                    float *pb = cg::this_cluster().map_shared_rank(pall, b) + rank * GPS;
+                    pb[d] = o;
+                    if (d == 0) pb[HD] = M, pb[HD + 1] = Ls;
+                }
+            }
+        } else {
+            part[d] = o;
+            if (d == 0) part[HD] = M, part[HD + 1] = Ls;
+        }
     }
     kt.mark(1);
-    constexpr uint32_t GPS = HD + 4; /* floats from one block's global partial to the next */
     float *gpart = nullptr;
     if constexpr (GL) {
         gpart = sy.part + (size_t)h * ATTN_O_CLUSTER * GPS;
@@ -198,6 +222,11 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
                     mb[b] = __ldcg(pb + HD);
                     lb[b] = __ldcg(pb + HD + 1);
                     ob[b] = __ldcg(pb + d);
+                } else if constexpr (PUSH) {
+                    const float *pb = pall + b * GPS;
+                    mb[b] = pb[HD];
+                    lb[b] = pb[HD + 1];
+                    ob[b] = pb[d];
                 } else {
                     const float *pb = cg::this_cluster().map_shared_rank(part, b);
                     mb[b] = pb[HD];
@@ -211,7 +240,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         oh[x_index<WDT>(d, PS)] = v;
         if (rank == 0) a.out[(size_t)h * HD + d] = v;
     }
-    if constexpr (!GL) cluster_arrive(); /* this block reads no other block's shared memory from here on */
+    if constexpr (!GL && !PUSH) cluster_arrive(); /* this block reads no other block's shared memory from here on */
     gm_wait<0>();
     __syncthreads();
     kt.mark(2);
@@ -237,7 +266,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         atomic_add4(p.resid + r0 + 4 * tid, y);
     }
     if (tid == 0) kt.end(kind, 4);
-    if constexpr (!GL) cluster_wait(); /* no block leaves while another still reads its partial */
+    if constexpr (!GL && !PUSH) cluster_wait(); /* no block leaves while another still reads its partial */
 }
 
 /* Where a block of either kernel works: positions [start, end) of npos (chunk a block; pos0 the
@@ -309,9 +338,10 @@ __device__ __forceinline__ float4 ao_request_o(const attn_o_args &p, const ao_sp
 /* At most 64 registers a thread (four blocks' worth per SM), so that a block fits beside a q/k/v
  * matvec block (12 warps of up to 128 registers) and starts, and requests its rows, while that
  * step still runs. */
-template <int KDT, int WDT, int DPL>
+template <int KDT, int WDT, int DPL, bool PUSH>
 __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args p) {
     pdl_trigger();
+    if constexpr (PUSH) cluster_arrive_relaxed(); /* this block has started (ao_tail waits for all) */
     ktrace kt;
     kt.start();
     constexpr uint32_t HD = 32 * DPL;
@@ -321,7 +351,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     const uint32_t rank = blockIdx.x, h = blockIdx.y, kh = h / (a.n_heads / a.n_kv);
     const ao_span s = ao_span_of(p, rank);
     if (s.chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
-    const ao_layout L = ao_layout_of(HD, KDT, WDT, p.rows_per, a.chunk_max);
+    const ao_layout L = ao_layout_of(HD, KDT, WDT, p.rows_per, a.chunk_max, 0, 0, 0, PUSH ? ATTN_O_CLUSTER * (HD + 4) : 0);
     /* K/V rows before *pos (one commit group), then the o rows (another) */
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
@@ -334,7 +364,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
-    ao_tail<KDT, WDT, DPL, false>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
+    ao_tail<KDT, WDT, DPL, false, PUSH>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
@@ -518,7 +548,9 @@ int attn_o_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_
 
 size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chunk) {
     if (chunk > AO_CHUNK_MAX) return SIZE_MAX;
-    return ao_layout_of(head_dim, kv_dtype, o->dtype, ao_rows_per(o->rows), chunk).total;
+    return ao_layout_of(head_dim, kv_dtype, o->dtype, ao_rows_per(o->rows), chunk, 0, 0, 0,
+                        thin_cuda_ao_push ? ATTN_O_CLUSTER * (head_dim + 4) : 0)
+        .total;
 }
 
 int qao_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *k,
@@ -552,12 +584,17 @@ size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, u
         .total;
 }
 
+template <int KDT, int WDT, int DPL, bool PUSH>
+static cudaError_t launch_ao_k(const attn_o_args &a, size_t smem, cudaStream_t st) {
+    cudaError_t e = smem_attr(attn_o_kernel<KDT, WDT, DPL, PUSH>, smem, 2 * AO_WARPS * sizeof(float));
+    if (e != cudaSuccess) return e;
+    return launch_kc(attn_o_kernel<KDT, WDT, DPL, PUSH>, dim3(ATTN_O_CLUSTER, a.a.n_heads), dim3(AO_THREADS),
+                     smem, st, dim3(ATTN_O_CLUSTER, 1, 1), a);
+}
 template <int KDT, int WDT, int DPL>
 static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    cudaError_t e = smem_attr(attn_o_kernel<KDT, WDT, DPL>, smem, 2 * AO_WARPS * sizeof(float));
-    if (e != cudaSuccess) return e;
-    return launch_kc(attn_o_kernel<KDT, WDT, DPL>, dim3(ATTN_O_CLUSTER, a.a.n_heads), dim3(AO_THREADS), smem,
-                     st, dim3(ATTN_O_CLUSTER, 1, 1), a);
+    return thin_cuda_ao_push ? launch_ao_k<KDT, WDT, DPL, true>(a, smem, st)
+                             : launch_ao_k<KDT, WDT, DPL, false>(a, smem, st);
 }
 
 /* The attention block kernel's launch, or with per_sm set, its blocks an SM at most (the

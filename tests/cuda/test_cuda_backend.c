@@ -652,6 +652,14 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_ATTN_O");
+    /* The attention + o kernel's blocks pushing their partials into every block of the cluster
+     * (opt-in), below 256 and below 1024. */
+    setenv("THIN_CUDA_AO_PUSH", "1", 1);
+    run_all("attention + o kernel, partials pushed: ");
+    setenv("THIN_CUDA_ATTN_O", "1024", 1);
+    run_all("attention + o kernel below 1024, partials pushed: ");
+    unsetenv("THIN_CUDA_ATTN_O");
+    unsetenv("THIN_CUDA_AO_PUSH");
     /* The attention block kernel (opt-in) where it fits: BF16 or FP8 q, k, v of the o-projection's
      * dtype. */
     setenv("THIN_CUDA_QAO", "1", 1);
