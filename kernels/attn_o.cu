@@ -15,8 +15,14 @@
  *    position 32w + l of the block's span, the warp takes the softmax of its 32 positions with
  *    shuffles and sums their weighted V rows (head_dim / 32 dims a lane), and the block combines
  *    its warps into (max, sum of exp, unnormalised output).
- *  - One cluster barrier; each block combines the cluster's partials, read through distributed
- *    shared memory, into the head's output (block 0 also writes it to the attention output).
+ *  - Each block stores its partial into every block of the cluster (distributed shared memory;
+ *    the blocks arrive at a cluster barrier as they start and wait on it before these stores, so
+ *    every block's shared memory is there), then one cluster barrier; each block combines the
+ *    partials, now in its own shared memory, into the head's output (block 0 also writes it to
+ *    the attention output), and no barrier is left before the blocks leave. On one H100 with
+ *    SmolLM3-3B: 410.8 / 556.8 tokens/s (BF16 / quality FP8) against 408.0 / 551.4 when each
+ *    block read the others' partials after the barrier instead (THIN_CUDA_AO_PUSH=0, which also
+ *    needs a second barrier so that no block leaves while another reads it).
  *  - Its o rows times that output (a thread a row), added into the residual with float4 atomics:
  *    every head adds into every row, in no fixed order.
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
@@ -34,7 +40,7 @@
 
 namespace cg = cooperative_groups;
 
-int thin_cuda_ao_push = 0;
+int thin_cuda_ao_push = 1;
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)

@@ -666,8 +666,8 @@ cudaError_t launch_attn_o(const attn_o_args *a, cudaStream_t st);
  * rounded up to whole positions per block and capped by the context and shared memory. */
 #define ATTN_O_DEFAULT 256
 extern int thin_cuda_attn_o;
-/* 1: the attention + o kernel's blocks push their partials into every block of the cluster
- * before one barrier, instead of reading them from the others after it (THIN_CUDA_AO_PUSH) */
+/* 1 (default): the attention + o kernel's blocks push their partials into every block of the
+ * cluster before one barrier; 0 (THIN_CUDA_AO_PUSH=0): each block reads the others' after it */
 extern int thin_cuda_ao_push;
 /* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
  * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,

@@ -652,12 +652,13 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_ATTN_O");
-    /* The attention + o kernel's blocks pushing their partials into every block of the cluster
-     * (opt-in), below 256 and below 1024. */
-    setenv("THIN_CUDA_AO_PUSH", "1", 1);
-    run_all("attention + o kernel, partials pushed: ");
+    /* The attention + o kernel's blocks reading the cluster's partials from each other's shared
+     * memory after the barrier (by default each pushes its own into every block before it),
+     * below 256 and below 1024. */
+    setenv("THIN_CUDA_AO_PUSH", "0", 1);
+    run_all("attention + o kernel, partials read: ");
     setenv("THIN_CUDA_ATTN_O", "1024", 1);
-    run_all("attention + o kernel below 1024, partials pushed: ");
+    run_all("attention + o kernel below 1024, partials read: ");
     unsetenv("THIN_CUDA_ATTN_O");
     unsetenv("THIN_CUDA_AO_PUSH");
     /* The attention block kernel (opt-in) where it fits: BF16 or FP8 q, k, v of the o-projection's
