@@ -29,6 +29,19 @@ __device__ __forceinline__ float3 softmax_merge(const float (&m)[NB], const floa
     return make_float3(o, L, M);
 }
 
+/* The halves of a cluster barrier, apart: every thread of every block of the cluster arrives, then
+ * waits; an arrival as a block starts, waited on later, tells that every block of the cluster runs
+ * (so that its shared memory may be written). */
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 /* ---- staging of K/V rows in shared memory (the decode kernels: attention.cu, attn_o.cu) ---- */
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }

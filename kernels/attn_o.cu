@@ -46,15 +46,6 @@ int thin_cuda_ao_push = 1;
 #define AO_THREADS (AO_WARPS * 32u)
 #define AO_CHUNK_MAX (32u * AO_WARPS) /* positions per block: a warp per 32 */
 
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
 
 /* o rows per block: the rows over the cluster, rounded up to whole float4s. */
 static __host__ __device__ inline uint32_t ao_rows_per(uint32_t rows) {
