@@ -165,8 +165,6 @@ __global__ void __launch_bounds__(AG_THREADS) attn_group_kernel(const attn_args 
 
 namespace cg = cooperative_groups;
 
-int thin_cuda_ad_push = 0;
-
 /* Bytes of one staged K or V row: head_dim elements, padded so that consecutive rows start half
  * of the 32 banks apart (the scores' 16-byte reads of two rows by four lanes each never collide). */
 __host__ __device__ __forceinline__ uint32_t ad_row_bytes(uint32_t head_dim, int kv_dtype) {
@@ -179,16 +177,7 @@ __host__ __device__ __forceinline__ uint32_t ad_slices(uint32_t head_dim, uint32
     return threads / (head_dim / 2);
 }
 
-/* Floats of the partials pushed into a block (PUSH): each block's share of the G · head_dim sums
- * from each of the cluster's blocks, then their (max, sum) pairs. */
-__host__ __device__ __forceinline__ uint32_t ad_push_per(uint32_t head_dim, uint32_t group) {
-    return (group * head_dim + AD_CLUSTER - 1) / AD_CLUSTER;
-}
-__host__ __device__ __forceinline__ uint32_t ad_push_floats(uint32_t head_dim, uint32_t group) {
-    return AD_CLUSTER * (ad_push_per(head_dim, group) + 2 * group);
-}
-
-template <int KDT, int GM, bool PUSH>
+template <int KDT, int GM>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args a) {
     pdl_trigger();
     ktrace kt;
@@ -210,17 +199,11 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     const uint32_t start = split * chunk, end = min(npos, start + chunk);
     const uint32_t len = start < end ? end - start : 0;
     if (n_act == 1 && !len) return; /* the single active block needs no partner */
-    if constexpr (PUSH) { /* this block runs: see the pushes below */
-        if (n_act > 1) cluster_arrive_relaxed();
-    }
     const uint32_t rb = ad_row_bytes(hd, KDT), vpr = hd * ESZ / 16; /* 16-byte pieces per row */
     uint8_t *ks = smb, *vs = smb + (size_t)a.chunk_max * rb;
     float *qs = (float *)(vs + (size_t)a.chunk_max * rb); /* G × hd */
     float *sc = qs + (size_t)G * hd;                        /* G × chunk_max: scores, then weights */
     float *red = sc + (size_t)G * a.chunk_max;              /* slices × G × hd; then this block's sums */
-    const uint32_t per = ad_push_per(hd, G);                /* outputs a block combines */
-    float *pall = red + (size_t)ad_slices(hd, AD_THREADS) * G * hd; /* PUSH: [block][per] */
-    float *mlall = pall + AD_CLUSTER * per;                 /* PUSH: [block][2G] */
     const size_t pstride = (size_t)a.n_kv * hd * ESZ;       /* cache bytes per position */
     const uint8_t *kc = (const uint8_t *)a.kcache + (size_t)kh * hd * ESZ;
     const uint8_t *vc = (const uint8_t *)a.vcache + (size_t)kh * hd * ESZ;
@@ -323,32 +306,14 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         if (threadIdx.x == 0) kt.end(TRACE_ATTN, 2);
         return;
     }
-    if constexpr (PUSH) {
-        /* every block of the cluster runs (its arrival at the start): this block's sums go
-         * straight into the block that combines them, its (max, sum) pairs into every block;
-         * then one barrier, after which no block reads another's shared memory */
-        cluster_wait();
-        if (len) {
-            for (uint32_t i = threadIdx.x; i < G * hd; i += blockDim.x) {
-                const uint32_t owner = i / per;
-                cl.map_shared_rank(pall, owner)[rank * per + (i - owner * per)] = red[i];
-            }
-            for (uint32_t i = threadIdx.x; i < AD_CLUSTER * 2 * G; i += blockDim.x) {
-                const uint32_t b = i / (2 * G), k = i - b * 2 * G;
-                cl.map_shared_rank(mlall, b)[rank * 2 * G + k] = ml[k];
-            }
-        }
-        cluster_arrive();
-        cluster_wait();
-    } else {
-        cl.sync(); /* every block's red and ml are ready */
-    }
+    cl.sync(); /* every block's red and ml are ready */
     kt.mark(2);
     /* this block's slice of the G * hd outputs, combined over the cluster's active blocks (the
      * loads stay here: a function that also loaded them for attn_o.cu built this kernel at 64
      * registers instead of 80 and measured 3% slower on the H200; bench/results/decode-notes.md,
      * the fourteenth round) */
     const uint32_t in_cl = min((uint32_t)AD_CLUSTER, n_act - cidx * AD_CLUSTER);
+    const uint32_t per = (G * hd + AD_CLUSTER - 1) / AD_CLUSTER;
     const size_t stride = hd + 2;
     float *part = a.partial + (size_t)kh * G * a.n_splits * stride; /* [g][cluster][hd + 2] */
     for (uint32_t i = rank * per + threadIdx.x; i < min(G * hd, (rank + 1) * per); i += blockDim.x) {
@@ -359,16 +324,10 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         for (uint32_t b = 0; b < AD_CLUSTER; b++) {
             mb[b] = -INFINITY, lb[b] = 0.0f, rbv[b] = 0.0f;
             if (b < in_cl) {
-                if constexpr (PUSH) {
-                    mb[b] = mlall[b * 2 * G + 2 * g];
-                    lb[b] = mlall[b * 2 * G + 2 * g + 1];
-                    rbv[b] = pall[b * per + (i - rank * per)];
-                } else {
-                    const float *mlb = cl.map_shared_rank(ml, b);
-                    mb[b] = mlb[2 * g];
-                    lb[b] = mlb[2 * g + 1];
-                    rbv[b] = cl.map_shared_rank(red, b)[i];
-                }
+                const float *mlb = cl.map_shared_rank(ml, b);
+                mb[b] = mlb[2 * g];
+                lb[b] = mlb[2 * g + 1];
+                rbv[b] = cl.map_shared_rank(red, b)[i];
             }
         }
         const float3 r = softmax_merge<AD_CLUSTER>(mb, lb, rbv);
@@ -385,9 +344,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     if (n_cl > 1) __threadfence(); /* the partials, before the cluster's count below */
-    /* no block leaves while others still read its shared memory (PUSH: none does), and with
-     * several clusters, every block's partial is out before rank 0 counts the cluster */
-    if (!PUSH || n_cl > 1) cl.sync();
+    cl.sync(); /* no block leaves while others still read its shared memory */
     kt.mark(3);
     if (threadIdx.x == 0 && len) kt.end(TRACE_ATTN, 4);
     if (n_cl == 1 || rank != 0) return;
@@ -466,9 +423,7 @@ uint32_t attn_decode_chunk_max(uint32_t max_ctx, uint32_t n_splits, uint32_t min
 
 size_t attn_decode_smem(uint32_t head_dim, uint32_t group, uint32_t chunk_max, int kv_dtype) {
     return 2 * (size_t)chunk_max * ad_row_bytes(head_dim, kv_dtype) +
-           ((size_t)group * (head_dim + chunk_max + ad_slices(head_dim, AD_THREADS) * head_dim) +
-            (thin_cuda_ad_push ? ad_push_floats(head_dim, group) : 0)) *
-               sizeof(float);
+           (size_t)group * (head_dim + chunk_max + ad_slices(head_dim, AD_THREADS) * head_dim) * sizeof(float);
 }
 
 /* Whether the decode kernel takes this shape: whole 16-byte pieces per row, head_dim a multiple of
@@ -481,18 +436,13 @@ static int decode_fits(const attn_args *a) {
            a->min_chunk % AD_WIN == 0 && a->chunk_max >= a->min_chunk;
 }
 
-template <int KDT, int GM, bool PUSH>
-static cudaError_t launch_decode_k(const attn_args *a, size_t smem, cudaStream_t st) {
-    cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM, PUSH>, smem, 0);
-    if (e != cudaSuccess) return e;
-    return launch_kc(attn_decode_kernel<KDT, GM, PUSH>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
-                     dim3(1, AD_CLUSTER, 1), *a);
-}
 template <int KDT, int GM>
 static cudaError_t launch_decode(const attn_args *a, cudaStream_t st) {
     const size_t smem = attn_decode_smem(a->head_dim, a->n_heads / a->n_kv, a->chunk_max, KDT);
-    return thin_cuda_ad_push ? launch_decode_k<KDT, GM, true>(a, smem, st)
-                             : launch_decode_k<KDT, GM, false>(a, smem, st);
+    cudaError_t e = smem_attr(attn_decode_kernel<KDT, GM>, smem, 0);
+    if (e != cudaSuccess) return e;
+    return launch_kc(attn_decode_kernel<KDT, GM>, dim3(a->n_kv, a->n_splits), dim3(AD_THREADS), smem, st,
+                     dim3(1, AD_CLUSTER, 1), *a);
 }
 
 template <int KDT>

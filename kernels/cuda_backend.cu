@@ -332,8 +332,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);
-    const char *adp = getenv("THIN_CUDA_AD_PUSH");
-    thin_cuda_ad_push = adp && strcmp(adp, "1") == 0;
     const char *qao = getenv("THIN_CUDA_QAO"); /* 1: the attention block kernel (opt-in) */
     thin_cuda_qao = qao && strcmp(qao, "1") == 0;
     const char *atc = getenv("THIN_CUDA_ATTN_TC"); /* N: the prefill's attention on tensor cores

@@ -669,8 +669,6 @@ extern int thin_cuda_attn_o;
 /* 1 (default): the attention + o kernel's blocks push their partials into every block of the
  * cluster before one barrier; 0 (THIN_CUDA_AO_PUSH=0): each block reads the others' after it */
 extern int thin_cuda_ao_push;
-/* 1: the same for the cluster decode attention kernel's combine (THIN_CUDA_AD_PUSH; opt-in) */
-extern int thin_cuda_ad_push;
 /* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
  * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,
  * whole KV groups. */

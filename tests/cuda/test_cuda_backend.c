@@ -661,13 +661,6 @@ int main(void) {
     run_all("attention + o kernel below 1024, partials read: ");
     unsetenv("THIN_CUDA_ATTN_O");
     unsetenv("THIN_CUDA_AO_PUSH");
-    /* The cluster attention kernel at every position with its partials pushed (opt-in): one
-     * active block, one cluster, and at position 520 three clusters. */
-    setenv("THIN_CUDA_AD_PUSH", "1", 1);
-    setenv("THIN_CUDA_ATTN_O", "0", 1);
-    run_all("cluster attention kernel, partials pushed: ");
-    unsetenv("THIN_CUDA_ATTN_O");
-    unsetenv("THIN_CUDA_AD_PUSH");
     /* The attention block kernel (opt-in) where it fits: BF16 or FP8 q, k, v of the o-projection's
      * dtype. */
     setenv("THIN_CUDA_QAO", "1", 1);
