@@ -46,7 +46,6 @@ int thin_cuda_ao_push = 1;
 #define AO_THREADS (AO_WARPS * 32u)
 #define AO_CHUNK_MAX (32u * AO_WARPS) /* positions per block: a warp per 32 */
 
-
 /* o rows per block: the rows over the cluster, rounded up to whole float4s. */
 static __host__ __device__ inline uint32_t ao_rows_per(uint32_t rows) {
     return ((rows + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER + 3) / 4 * 4;
