@@ -43,6 +43,9 @@ expect 1 "$R" "$T/bad.thin" --ids 1 -n 1
 "$R" "$T/s.thin" --device cpu --ids "1 403" -t 0 -n 20 > "$T/whole.txt" || exit 1
 "$R" "$T/s.thin" --shards 2 --ids "1 403" -t 0 -n 20 | cmp - "$T/whole.txt" || exit 1
 "$R" "$T/s.thin" --shards 4 --ids 1 -t 0 -n 2 --json | grep -q '"shards": 4' || exit 1
+# --json tells the context the session holds: --ctx, else the model's limit (512)
+"$R" "$T/s.thin" --ctx 100 --ids 1 -t 0 -n 2 --json | grep -q '"ctx": 100' || exit 1
+"$R" "$T/s.thin" --ids 1 -t 0 -n 2 --json | grep -q '"ctx": 512' || exit 1
 expect 1 "$R" "$T/s.thin" --shards 3 --ids 1 -n 1
 grep -q "s.thin: cannot split over 3 devices: tape op .*: its rows (64) do not divide" "$T/err" || exit 1
 expect 2 "$R" "$T/s.thin" --shards 0

@@ -10,7 +10,7 @@ export THIN_CUDA_KV_MEM=200000 # 312 positions
     --json >"$T/fit.json" 2>"$T/fit.err"
 cat "$T/fit.err"
 grep -q "context of 312 positions" "$T/fit.err"
-grep -q '"ids"' "$T/fit.json"
+grep -q '"ctx": 312' "$T/fit.json"
 rc=0
 "$BIN/thin-run" "$T/s.thin" --device cuda --kv-dtype bf16 --ctx 512 --ids "1 403 407" -n 8 -t 0 \
     >"$T/big.out" 2>"$T/big.err" || rc=$?

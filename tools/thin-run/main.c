@@ -7,7 +7,8 @@
  * --json prints one object on stdout after the run instead of streaming text; its fields are only
  * ever added, never renamed: model, digest, device, threads, kv_dtype, weight_bytes, load_s,
  * prompt_tokens, prefill_s, prefill_tok_s, generated_tokens, decode_s, decode_tok_s, ttft_s,
- * stop ("eos", "bos", "stop_string", "max_tokens", "context"), ids (generated), text, shards.
+ * stop ("eos", "bos", "stop_string", "max_tokens", "context"), ids (generated), text, shards, ctx
+ * (the positions the session holds: --ctx, its default, or as many as fit on the GPU).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -543,14 +544,15 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
     json_t *ids = json_array();
     for (size_t i = 0; ids && i < g->n_ids; i++) json_array_append_new(ids, json_integer(g->ids[i]));
     json_t *j = json_pack(
-        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI}", "model", r->o->model, "digest",
+        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI sI}", "model", r->o->model, "digest",
         r->digest, "device", r->be->name, "threads", (json_int_t)r->threads, "kv_dtype",
         thin_dtype_name(r->p.kv_dtype), "weight_bytes", (json_int_t)r->p.weight_bytes, "load_s",
         r->load_s, "prompt_tokens", (json_int_t)g->n_prompt, "prefill_s", g->prefill_s,
         "prefill_tok_s", g->prefill_s > 0 ? (double)g->n_prompt / g->prefill_s : 0.0,
         "generated_tokens", (json_int_t)g->n_ids, "decode_s", g->decode_s, "decode_tok_s",
         g->decode_s > 0 ? (double)g->n_forward / g->decode_s : 0.0, "ttft_s", g->ttft_s, "stop",
-        g->stop ? g->stop : "none", "ids", ids, "text", t->buf ? t->buf : "", "shards", (json_int_t)r->p.shards);
+        g->stop ? g->stop : "none", "ids", ids, "text", t->buf ? t->buf : "", "shards", (json_int_t)r->p.shards,
+        "ctx", (json_int_t)r->ctx);
     char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     if (s) printf("%s\n", s);
     free(s);
