@@ -11,6 +11,11 @@ export THIN_CUDA_KV_MEM=200000 # 312 positions
 cat "$T/fit.err"
 grep -q "context of 312 positions" "$T/fit.err"
 grep -q '"ctx": 312' "$T/fit.json"
+# generating past it stops at the context with a note that says why it is that short
+"$BIN/thin-run" "$T/s.thin" --device cuda --kv-dtype bf16 --ids "1 403 407" -n 400 -t 0 --ignore-eos \
+    >"$T/full.txt" 2>"$T/full.err"
+cat "$T/full.err"
+grep -q "reached the context limit of 312 positions (as many positions as fit in the GPU's memory)" "$T/full.err"
 rc=0
 "$BIN/thin-run" "$T/s.thin" --device cuda --kv-dtype bf16 --ctx 512 --ids "1 403 407" -n 8 -t 0 \
     >"$T/big.out" 2>"$T/big.err" || rc=$?

@@ -216,16 +216,19 @@ typedef struct run {
     const backend_ops *be;
     void *sess;
     uint32_t ctx;           /* positions available */
+    int ctx_fit;            /* ctx is fewer than the default: as many as the GPU holds */
     unsigned threads;
     double load_s;
     char digest[65];
     int32_t chat_stop;      /* id of the token that ends an assistant turn (--chat), or -1 */
 } run;
 
-/* Where the context was not asked for and the model allows more (a LongRoPE model's default):
- * how to get more, for the messages about a full context; else "". */
+/* For the messages about a full context: where the default shrank to what the GPU holds, that;
+ * where the context was not asked for and the model allows more (a LongRoPE model's default), how
+ * to get more; else "". */
 static const char *ctx_hint(const run *r) {
     static char hint[96];
+    if (r->ctx_fit) return " (as many positions as fit in the GPU's memory)";
     if (r->o->ctx || r->ctx >= r->p.hp.max_pos) return "";
     snprintf(hint, sizeof hint, " (the default; --ctx allows up to %u)", r->p.hp.max_pos);
     return hint;
@@ -322,7 +325,8 @@ static int start_backend(run *r) {
     char err[512];
     if (r->be->create(&r->sess, &r->p, &r->ctx, least, r->threads, err, sizeof err))
         return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
-    if (r->ctx < want)
+    r->ctx_fit = r->ctx < want;
+    if (r->ctx_fit)
         cli_warn("%s: context of %u positions, as many as fit in the GPU's memory (the default of %u "
                  "would not; --ctx sets it)", o->model, r->ctx, want);
     return 0;
