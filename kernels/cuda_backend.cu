@@ -278,14 +278,12 @@ void lt_join(cuda_session *s) {
     s->lt_started = 0;
 }
 
-/* env THIN_CUDA_AHEAD=1 (the default): cuda_session_greedy queues a step ahead; 0: it runs each
- * step as forward does. */
-#define AHEAD_DEFAULT 1
-static int thin_cuda_ahead = AHEAD_DEFAULT;
-/* env THIN_CUDA_SAMPLE=device (the default): cuda_session_sample draws on the device (sample.cu);
- * host: the row goes to the host and the CPU sampler draws. */
-#define DEVICE_SAMPLE_DEFAULT 1
-static int thin_cuda_device_sample = DEVICE_SAMPLE_DEFAULT;
+/* cuda_session_greedy queues a step ahead (env THIN_CUDA_AHEAD=0: it runs each step as forward
+ * does). */
+static int thin_cuda_ahead = 1;
+/* cuda_session_sample draws on the device, sample.cu (env THIN_CUDA_SAMPLE=host: the row goes to
+ * the host and the CPU sampler draws). */
+static int thin_cuda_device_sample = 1;
 
 static int session_init(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
@@ -343,11 +341,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
                         : strcmp(gm, "own") == 0 ? THIN_CUDA_GEMM_OWN : THIN_CUDA_GEMM_AUTO;
     const char *gt = getenv("THIN_CUDA_GEMM_T"); /* 1: transposed down projections read as stored */
     thin_cuda_gemm_t = gt && strcmp(gt, "1") == 0;
-    const char *ah = getenv("THIN_CUDA_AHEAD"); /* 1 / 0: greedy steps queued ahead of the host or not */
-    thin_cuda_ahead = !ah ? AHEAD_DEFAULT : strcmp(ah, "1") == 0 ? 1 : strcmp(ah, "0") == 0 ? 0 : AHEAD_DEFAULT;
-    const char *sa = getenv("THIN_CUDA_SAMPLE"); /* device / host: where the draw happens */
-    thin_cuda_device_sample = !sa ? DEVICE_SAMPLE_DEFAULT : strcmp(sa, "device") == 0 ? 1
-                              : strcmp(sa, "host") == 0 ? 0 : DEVICE_SAMPLE_DEFAULT;
+    const char *ah = getenv("THIN_CUDA_AHEAD"); /* 0: no greedy step queued ahead of the host */
+    thin_cuda_ahead = !(ah && strcmp(ah, "0") == 0);
+    const char *sa = getenv("THIN_CUDA_SAMPLE"); /* host: the draw on the host */
+    thin_cuda_device_sample = !(sa && strcmp(sa, "host") == 0);
     const char *gs = getenv("THIN_CUDA_GEMM_SUB"); /* sub-stages a GEMM stage (small tiles) */
     thin_cuda_gemm_sub = gs && *gs ? atoi(gs) : 0;
     const char *gw = getenv("THIN_CUDA_GEMM_WIDEN");

@@ -585,8 +585,8 @@ struct rope_args {
     uint32_t ldq, n_heads;
     const double *q_freq;/* or NULL: no rope on q */
     float q_m, k_m;      /* factors on cos and sin (LongRoPE's attention factor; else 1) */
-    uint32_t q_rot, k_rot;/* the leading dims of each head that rotate (partial rotary; else
-                             head_dim) */
+    uint32_t q_rot, k_rot;/* the leading dims of each head that rotate where the table is given
+                             (plan_rot_dim: head_dim, or fewer for a partial rotation) */
     float *k;            /* n rows of ldk floats: n_kv × head_dim, or NULL */
     uint32_t ldk, n_kv;
     const double *k_freq;/* or NULL: no rope on k */

@@ -26,7 +26,7 @@ __global__ void rope_store_kernel(const rope_args a) {
     const double p = (double)pos;
     if (a.q_freq) {
         float *q = a.q + (size_t)row * a.ldq;
-        const uint32_t half = (a.q_rot ? a.q_rot : hd) / 2;
+        const uint32_t half = a.q_rot / 2;
         for (uint32_t t = threadIdx.x; t < a.n_heads * half; t += blockDim.x) {
             uint32_t h = t / half, i = t % half;
             rot(q + (size_t)h * hd, i, half, a.q_freq[i], p, a.q_m);
@@ -36,7 +36,7 @@ __global__ void rope_store_kernel(const rope_args a) {
     float *k = a.k + (size_t)row * a.ldk;
     const size_t kv_dim = (size_t)a.n_kv * hd, base = (size_t)pos * kv_dim;
     if (a.k_freq) {
-        const uint32_t half = (a.k_rot ? a.k_rot : hd) / 2;
+        const uint32_t half = a.k_rot / 2;
         for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
             uint32_t h = t / half, i = t % half;
             rot(k + (size_t)h * hd, i, half, a.k_freq[i], p, a.k_m);
