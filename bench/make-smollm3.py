@@ -19,14 +19,18 @@ import torch
 from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
 
-def build(path):
-    if os.path.exists(os.path.join(path, "model.safetensors")):
-        print(f"make-smollm3: reusing {path}", file=sys.stderr)
-        return None
-    torch.manual_seed(0)
+def make_smollm3():
     cfg = SmolLM3Config()
     with torch.device("cuda"):
-        model = SmolLM3ForCausalLM(cfg).to(torch.bfloat16)
+        return SmolLM3ForCausalLM(cfg).to(torch.bfloat16)
+
+
+def build(path, make, name):
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        print(f"{name}: reusing {path}", file=sys.stderr)
+        return None
+    torch.manual_seed(0)
+    model = make()
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     return model
@@ -50,15 +54,15 @@ def decode_speed(model, n):
     return n / (time.perf_counter() - t0)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(make=make_smollm3, cls=SmolLM3ForCausalLM, name="make-smollm3", doc=__doc__):
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("dir")
     ap.add_argument("--transformers-decode", type=int, default=0, metavar="N")
     a = ap.parse_args()
-    model = build(a.dir)
+    model = build(a.dir, make, name)
     if a.transformers_decode > 0:
         if model is None:
-            model = SmolLM3ForCausalLM.from_pretrained(a.dir, dtype=torch.bfloat16).to("cuda")
+            model = cls.from_pretrained(a.dir, dtype=torch.bfloat16).to("cuda")
         print(f"transformers_decode_tok_s {decode_speed(model, a.transformers_decode):.2f}")
 
 

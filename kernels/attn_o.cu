@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
         if (lane == 0) {
-            store_rope<WDT>(m, seg, rr, acc[0], acc[1], rot, e);
+            store_rope<WDT, true>(m, seg, rr, acc[0], acc[1], rot, e);
             __threadfence();
             atomicAdd(kvcnt + kh, 1ull);
         }
@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
                 qrot = rope_rot(m, 0, r);
                 epi_weights<WDT, 2>(m, 0, r, qe);
             }
-            store_rope<WDT>(m, 0, r, a0, a1, qrot, qe);
+            store_rope<WDT, true>(m, 0, r, a0, a1, qrot, qe);
             __threadfence();
             atomicAdd(qcnt + h, 1ull);
         }

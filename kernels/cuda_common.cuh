@@ -482,6 +482,11 @@ struct mv_args {
     const int32_t *pos;  /* rope: device position of the token */
     uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
     int warps;           /* rope and dual: warps per block, 8 or 12 (0: 12) */
+    /* per segment: w.rows elements of bias_dtype added to the products before the rope (Qwen2's
+     * q, k, v biases), or NULL; kept last and run by kernels of their own (launch_matvec), so
+     * that the kernels of models without them compile as they would without this */
+    const void *bias[3];
+    int bias_dtype[3];
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
 

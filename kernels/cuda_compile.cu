@@ -6,6 +6,7 @@
  *   rmsnorm(x → h); linear(h → q); linear(h → k); linear(h → v)   one launch over the rows of all
  *       three, the norm recomputed per block (when h is not read afterwards)
  *   linear(a → h); add(h → x)                                      residual added in the epilogue
+ *   linears as above; bias(q); bias(k); bias(v)                      biases added in the epilogue
  *   [rmsnorm(x → h);] linear(h → g); linear(h → u); silu_mul(u → g)  gate and up rows side by side
  *   rope(q); rope(k); attention(q, k, v)                            one rope + KV store launch
  *   linear q, k, v (as above) followed by that attention step        for one row (decode), rope and
@@ -69,6 +70,23 @@ static int writes_any(const plan *p, const step *st, int b) {
     return 0;
 }
 
+/* Absorbs the bias ops from op j on that add a vector of a segment's rows to its whole output
+ * (one per segment, in any order) into linear group st; returns the ops consumed. */
+static uint32_t group_bias(const cuda_session *s, uint32_t j, step *st) {
+    const plan *p = s->p;
+    uint32_t used = 0;
+    for (; j + used < p->n_ops && p->ops[j + used].kind == PLAN_BIAS; used++) {
+        const plan_op *b = &p->ops[j + used];
+        int k = 0;
+        while (k < st->nseg && (p->ops[st->lin[k]].out != b->out || st->bias[k] >= 0)) k++;
+        if (k == st->nseg || s->op_w[j + used] < 0) break;
+        const uint64_t rows = s->w[s->op_w[st->lin[k]]].rows;
+        if (b->w.rows * b->w.cols != rows || (uint64_t)p->buf_sizes[b->out] != rows) break;
+        st->bias[k] = (int)(j + used);
+    }
+    return used;
+}
+
 /* Groups the linears starting at op i (after an optional rmsnorm op nm) into st; returns the number
  * of ops consumed from i. */
 static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st) {
@@ -82,6 +100,7 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
     st->add_op = -1;
     st->rope_q = st->rope_k = -1;
     st->attn_step = -1;
+    st->bias[0] = st->bias[1] = st->bias[2] = -1;
     st->lin[0] = (int)i;
     st->nseg = 1;
     uint32_t j = i + 1;
@@ -99,6 +118,8 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
     } else if (st->nseg == 1 && nx && nx->kind == PLAN_ADD && nx->in == first->out &&
                nx->out != first->in && nx->out != avoid && nx->out != first->out) {
         st->add_op = (int)j++;
+    } else {
+        j += group_bias(s, j, st);
     }
     if (first->out == first->in || first->out == avoid) st->nseg = 0; /* refused below */
     if (nm >= 0 && !read_later(p, j, p->ops[nm].out)) st->norm_op = nm;
@@ -117,6 +138,7 @@ static void plain_step(step *st, step_kind k, int op) {
     st->kind = k;
     st->op = op;
     st->norm_op = st->add_op = st->rope_q = st->rope_k = st->attn_step = -1;
+    st->bias[0] = st->bias[1] = st->bias[2] = -1;
 }
 
 /* Absorbs rope ops i.. into the attention op that follows them; returns ops consumed or 0. */

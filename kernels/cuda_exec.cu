@@ -59,6 +59,11 @@ void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv
         const plan_op *o = &p->ops[st->lin[k]];
         a->seg[k].w = s->w[s->op_w[st->lin[k]]];
         a->seg[k].out = row_of(s, o->out, r);
+        if (st->bias[k] >= 0) {
+            const dmat *b = &s->w[s->op_w[st->bias[k]]];
+            a->bias[k] = b->data;
+            a->bias_dtype[k] = b->dtype;
+        }
     }
     const plan_op *o0 = &p->ops[st->lin[0]];
     if (st->norm_op >= 0) {
@@ -119,6 +124,17 @@ static int silu_pair(cuda_session *s, const step *st, uint32_t n) {
     return 0;
 }
 
+/* The SiLU gate after a gate/up pair's products, or the biases a q, k, v group took, over n rows
+ * (after the GEMMs, which have no bias epilogue). */
+static int gemm_tail(cuda_session *s, const step *st, uint32_t n) {
+    for (int k = 0; k < st->nseg; k++) {
+        if (st->bias[k] < 0) continue;
+        const int b = s->p->ops[st->lin[k]].out;
+        CK(s, launch_bias(s->buf[b], ld_of(s, b), &s->w[s->op_w[st->bias[k]]], ld_of(s, b), n, s->st));
+    }
+    return silu_pair(s, st, n);
+}
+
 /* A linear group over rows [0, n): GEMMs when the weights allow, else matvec row by row. */
 static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     const plan *p = s->p;
@@ -150,7 +166,7 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
         }
         if (ns && !ws[0]->trans && gemm_segs_fit(ws, ns)) {
             CK(s, launch_gemm_segs(ws, outs, lds, st->nseg, s->buf[in], ld_of(s, in), NULL, 0, n, s->n_sm, s->st));
-            return silu_pair(s, st, n);
+            return gemm_tail(s, st, n);
         }
     }
     for (int k = 0; k < st->nseg; k++) {
@@ -165,7 +181,7 @@ static int run_linear(cuda_session *s, const step *st, uint32_t n, int lm_last) 
                  resid, ldr, n))
             return -1;
     }
-    return silu_pair(s, st, n);
+    return gemm_tail(s, st, n);
 }
 
 void qao_args_of(const cuda_session *s, const step *st, qao_args *q) {

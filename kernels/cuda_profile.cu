@@ -116,8 +116,9 @@ static void step_label(const cuda_session *s, const step *st, char *buf, size_t 
         n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? "+" : "",
                               thin_role_name(p->ops[st->lin[k]].w_role));
     if (n < len)
-        snprintf(buf + n, len - n, "%s%s%s%s%s", st->pair ? "+silu" : "",
-                 st->add_op >= 0 ? "+add" : "", st->attn_step >= 0 ? "+rope+kv" : "",
+        snprintf(buf + n, len - n, "%s%s%s%s%s%s", st->pair ? "+silu" : "",
+                 st->add_op >= 0 ? "+add" : "", st->bias[0] >= 0 || st->bias[1] >= 0 || st->bias[2] >= 0 ? "+bias" : "",
+                 st->attn_step >= 0 ? "+rope+kv" : "",
                  st->mlp ? "+down+add" : "",
                  st->mlp_fused ? " (in the MLP kernel)" : "");
 }

@@ -42,6 +42,9 @@ typedef struct step {
     int lin[3];    /* LINEAR: their op indices */
     int pair;      /* LINEAR: lin[0] = gate, lin[1] = up, then silu_mul into gate's output */
     int add_op;    /* LINEAR (nseg 1): fused ADD op, or -1 */
+    int bias[3];   /* LINEAR (no pair, no add): the BIAS op on each segment's output (Qwen2's q, k
+                      and v biases), added in the matvec's epilogue (before the rope) or after the
+                      prefill's GEMM, or -1 */
     int rope_q, rope_k; /* ATTN: absorbed ROPE ops, or -1 */
     int attn_step;      /* LINEAR (q, k, v): decode runs that ATTN step's rope and KV store in
                            its epilogue; -1 when not fused */

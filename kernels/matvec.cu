@@ -17,7 +17,7 @@
  * the current unit's reduction, and the first unit's before waiting for the previous kernel
  * (weights do not depend on it; the position, read by the rope rotation, is set before the step's
  * first kernel). */
-template <int DT, int NR, int HB, int NW = MV_WARPS>
+template <int DT, int NR, int HB, int NW = MV_WARPS, bool BIAS = false>
 __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
     const dmat &w0 = a.seg[0].w;
     const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
@@ -66,7 +66,7 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         }
 #pragma unroll
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
-        if (lane == 0) store_row<DT, NR>(a, cur_seg, cur_rr, acc, cur_rot, cur_e);
+        if (lane == 0) store_row<DT, NR, BIAS>(a, cur_seg, cur_rr, acc, cur_rot, cur_e);
     }
     if (lane == 0) kt.end(TRACE_MV | total << 8, 0); /* one record per warp */
 }
@@ -135,7 +135,7 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
  * per SM, full batches; the launcher picks it for rows of several batches when asked). MODE 2:
  * single rows only, full batches within 80 registers (three blocks per SM): without the pair and
  * rope paths a single row's loop fits there, so FP8 rows get full batches at three blocks per SM. */
-template <int DT, int MINB, int MODE, int NW = MV_WARPS>
+template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false>
 __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2 ? 16 / NW : MINB)
     matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
@@ -144,20 +144,20 @@ __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2
     constexpr int HB = MINB >= 3 && MODE == 0 ? MV_UNROLL / 2 : MV_UNROLL;
     if constexpr (MODE == 1) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
     else if constexpr (MODE == 2) matvec_body<DT, 1, HB>(a, total, xs, red);
-    else if (a.pair || a.rope || a.dual) matvec_body<DT, 2, HB, NW>(a, total, xs, red);
-    else matvec_body<DT, 1, HB, NW>(a, total, xs, red);
+    else if (a.pair || a.rope || a.dual) matvec_body<DT, 2, HB, NW, BIAS>(a, total, xs, red);
+    else matvec_body<DT, 1, HB, NW, BIAS>(a, total, xs, red);
 }
 
-template <int DT, int MINB, int MODE, int NW = MV_WARPS>
+template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (a->dual) total = dual_half(*a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
-    cudaError_t e = smem_attr(matvec_kernel<DT, MINB, MODE, NW>, smem, 256); /* + its static memory */
+    cudaError_t e = smem_attr(matvec_kernel<DT, MINB, MODE, NW, BIAS>, smem, 256); /* + its static memory */
     if (e != cudaSuccess) return e;
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW>,
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW, BIAS>,
                                                                   NW * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
@@ -179,7 +179,7 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t per_warp = (total + cap * NW - 1) / (cap * NW);
     uint32_t blocks = (total + per_warp * NW - 1) / (per_warp * NW);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB, MODE, NW>, dim3(blocks), dim3(NW * 32), smem, st, *a, total);
+    return launch_k(matvec_kernel<DT, MINB, MODE, NW, BIAS>, dim3(blocks), dim3(NW * 32), smem, st, *a, total);
 }
 
 /* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 pairs do best with two blocks of long
@@ -210,6 +210,16 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
     return launch_v<DT, 1, 0>(a, n_sm, st);
 }
 
+/* Rows with biases (see mv_args) in kernels of their own, in the block shapes launch_dt gives the
+ * rows without. */
+template <int DT>
+static cudaError_t launch_bias_dt(const mv_args *a, int n_sm, cudaStream_t st) {
+    if (DT == THIN_DTYPE_F8_E4M3) return launch_v<DT, 3, 0, MV_WARPS, true>(a, n_sm, st);
+    const int nw = thin_cuda_mv_warps == 8 || thin_cuda_mv_warps == 12 ? thin_cuda_mv_warps : a->warps;
+    if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12, true>(a, n_sm, st);
+    return launch_v<DT, 1, 0, MV_WARPS, true>(a, n_sm, st);
+}
+
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -224,6 +234,13 @@ cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_dual > 0 && a->nseg == 1 && !a->pair && !a->rope && w0.rows > 1 &&
         (size_t)w0.rows * w0.pitch * thin_dtype_size((thin_dtype)w0.dtype) <= (size_t)16 << 20)
         b.dual = 1;
+    if (a->bias[0] || a->bias[1] || a->bias[2]) switch (a->seg[0].w.dtype) {
+        case THIN_DTYPE_BF16: return launch_bias_dt<THIN_DTYPE_BF16>(a, n_sm, st);
+        case THIN_DTYPE_F16: return launch_bias_dt<THIN_DTYPE_F16>(a, n_sm, st);
+        case THIN_DTYPE_F8_E4M3: return launch_bias_dt<THIN_DTYPE_F8_E4M3>(a, n_sm, st);
+        case THIN_DTYPE_F32: return launch_bias_dt<THIN_DTYPE_F32>(a, n_sm, st);
+        default: return cudaErrorInvalidValue;
+        }
     switch (a->seg[0].w.dtype) {
     case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
     case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);

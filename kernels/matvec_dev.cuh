@@ -221,15 +221,24 @@ __device__ __forceinline__ void epi_resid(const mv_args &a, uint32_t rr, mv_epi<
     }
 }
 
-/* Rope epilogue: rows (rr, rr + half) of segment s (scaled by e), rotated by rot (as op_rope),
- * written out and into the segment's cache row e.pos. */
-template <int DT>
+/* Row r of segment s's bias (0 without one). */
+__device__ __forceinline__ float bias_of(const mv_args &a, int s, uint32_t r) {
+    return a.bias[s] ? load_elem(a.bias[s], a.bias_dtype[s], r) : 0.0f;
+}
+
+/* Rope epilogue: rows (rr, rr + half) of segment s (scaled by e; with BIAS, plus the segment's
+ * bias), rotated by rot (as op_rope), written out and into the segment's cache row e.pos. */
+template <int DT, bool BIAS = false>
 __device__ __forceinline__ void store_rope(const mv_args &a, int s, uint32_t rr, float x0, float x1,
                                            float2 rot, const mv_epi<2> &e) {
     const mv_seg &g = a.seg[s];
     const uint32_t half = a.head_dim / 2;
     x0 *= e.sc[0];
     x1 *= e.sc[1];
+    if constexpr (BIAS) {
+        x0 += bias_of(a, s, rr);
+        x1 += bias_of(a, s, rr + half);
+    }
     float y0 = x0, y1 = x1;
     if (g.freq) {
         y0 = x0 * rot.x - x1 * rot.y;
@@ -278,26 +287,28 @@ __device__ __forceinline__ void rows_of(const mv_args &a, uint32_t r, const uint
     }
 }
 
-/* One single row's result y (scaled) into row r of segment s's output, and res + y into the
- * residual when it has one. */
+/* One single row's result y (scaled; with BIAS, its bias added here) into row r of segment s's
+ * output, and res + y into the residual when it has one. */
+template <bool BIAS = false>
 __device__ __forceinline__ void store_single(const mv_args &a, int s, uint32_t r, float y,
                                              float res) {
+    if constexpr (BIAS) y += bias_of(a, s, r);
     a.seg[s].out[r] = y;
     if (a.resid) a.resid[r] = res + y;
 }
 
-/* The unit's results acc (NR sums) through its epilogue into the outputs. */
-template <int DT, int NR>
+/* The unit's results acc (NR sums) through its epilogue into the outputs (BIAS: see mv_args). */
+template <int DT, int NR, bool BIAS = false>
 __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, const float *acc,
                                           float2 rot, const mv_epi<NR> &e) {
     if constexpr (NR == 2) {
         if (a.dual) {
             const uint32_t half = dual_half(a);
-            store_single(a, 0, rr, acc[0] * e.sc[0], e.res[0]);
+            store_single<BIAS>(a, 0, rr, acc[0] * e.sc[0], e.res[0]);
             if (rr + half < a.seg[0].w.rows)
-                store_single(a, 0, rr + half, acc[1] * e.sc[1], e.res[1]);
+                store_single<BIAS>(a, 0, rr + half, acc[1] * e.sc[1], e.res[1]);
         } else if (a.rope) {
-            store_rope<DT>(a, s, rr, acc[0], acc[1], rot, e);
+            store_rope<DT, BIAS>(a, s, rr, acc[0], acc[1], rot, e);
         } else {
             const float g = acc[0] * e.sc[0], u = acc[1] * e.sc[1];
             a.seg[1].out[rr] = u;
@@ -305,7 +316,7 @@ __device__ __forceinline__ void store_row(const mv_args &a, int s, uint32_t rr, 
         }
         return;
     }
-    store_single(a, s, rr, acc[0] * e.sc[0], e.res[0]);
+    store_single<BIAS>(a, s, rr, acc[0] * e.sc[0], e.res[0]);
 }
 
 #define MV_WARPS 8  /* warps per block of the per-op matvec and the MLP kernel */

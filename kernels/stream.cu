@@ -239,7 +239,7 @@ __device__ __forceinline__ void sk_store(const mv_args &a, int seg, uint32_t rr,
     if (a.rope) {
         mv_epi<2> e;
         epi_weights<DT, 2>(a, seg, rr, e);
-        store_rope<DT>(a, seg, rr, acc[0], acc[1], rot, e);
+        store_rope<DT, true>(a, seg, rr, acc[0], acc[1], rot, e);
     } else if (a.pair) {
         const float g = acc[0] * sc[0], u = acc[1] * sc[1];
         a.seg[1].out[rr] = u;
@@ -247,7 +247,7 @@ __device__ __forceinline__ void sk_store(const mv_args &a, int seg, uint32_t rr,
     } else {
 #pragma unroll
         for (int j = 0; j < NR; j++) {
-            const float y = acc[j] * sc[j];
+            const float y = acc[j] * sc[j] + bias_of(a, seg, rr + j);
             a.seg[seg].out[rr + j] = y;
             if (a.resid) a.resid[rr + j] = rv[j] + y;
         }

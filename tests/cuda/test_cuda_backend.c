@@ -421,8 +421,8 @@ static void run_all(const char *tag) {
     CASE("BF16 w+FP8 q/k/v, o and ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     qkv_dt = 0;
     o_dt = 0;
-    /* Qwen2's q, k and v biases (each a bias op after the products, which keeps them out of the
-     * fused rope epilogue and the attention block kernel) */
+    /* Qwen2's q, k and v biases (bias ops after the products, which the q/k/v step takes into its
+     * epilogue before the rope, and the prefill adds after its GEMMs) */
     bias_dt = THIN_DTYPE_BF16;
     CASE("BF16 w+BF16 q/k/v biases, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     bias_dt = THIN_DTYPE_F32;
