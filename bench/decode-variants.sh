@@ -5,7 +5,8 @@
 #   bench/decode-variants.sh [OUTDIR]    (OUTDIR: $OUT when set, else ./decode-variants-out)
 #
 # Makes (or reuses) the random SmolLM3-3B as bench/bench-gpu.sh does (BF16, and FP8 with
-# --profile quality; or the random Qwen2.5-1.5B of bench/make-qwen2.py: models q2 and q2q), then
+# --profile quality; or the random Qwen2.5-1.5B / Qwen3-1.7B of bench/make-qwen.py: models q2, q2q,
+# q3, q3q), then
 # for each model in MODELS and each variant in VARIANTS (';'-separated
 # lists of VAR=value words, '-' for the defaults; a word RUN=path runs that thin-run binary instead
 # of BIN's, to compare builds) decodes 128 tokens after a 16-token prompt
@@ -15,7 +16,7 @@
 # BIN=build-trace/bin) each first run also records the timeline of decode token N
 # (THIN_CUDA_TRACE) and bench/trace-summary.py prints where its time went; the probes cost a few
 # per cent, so speeds are best compared in a build without them.
-# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"; also q2, q2q); VARIANTS; REPEAT (3);
+# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"; also q2, q2q, q3, q3q); VARIANTS; REPEAT (3);
 # DECODE_ARGS, thin-run's choice of the next token (default "-t 0", greedy; e.g. "-t 0.8 --top-p
 # 0.95 --seed 1" for sampling, whose ids then compare across variants for the same seed).
 set -u
@@ -35,18 +36,20 @@ mkdir -p "$OUTDIR" "$WORK"
 
 BW=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/copy_bandwidth_GBps/{print $2}')
 # the models MODELS names and WORK lacks: s3 / s3q (SmolLM3-3B, BF16 / quality FP8), q2 / q2q
-# (Qwen2.5-1.5B, whose q/k/v biases the SmolLM3 models lack)
+# (Qwen2.5-1.5B, with q/k/v biases), q3 / q3q (Qwen3-1.7B, with q/k norms)
 needs() { case " $MODELS " in *" $1 "*|*" $2 "*) return 0 ;; esac; return 1; }
 if needs s3 s3q && [ ! -f "$WORK/s3.thin" ]; then
     PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1 || exit 1
     "$BIN/thin-pack" -q "$WORK/smollm3" \
         --tokenizer fixtures/tokenizer-vectors/ggml-vocab-llama-bpe.gguf -o "$WORK/s3.thin" || exit 1
 fi
-if needs q2 q2q && [ ! -f "$WORK/q2.thin" ]; then
-    PYTHONUNBUFFERED=1 python3 bench/make-qwen2.py "$WORK/qwen2" >/dev/null 2>&1 || exit 1
-    "$BIN/thin-pack" -q "$WORK/qwen2" -o "$WORK/q2.thin" || exit 1
-fi
-for m in s3 q2; do
+for n in 2 3; do
+    if needs q$n q${n}q && [ ! -f "$WORK/q$n.thin" ]; then
+        PYTHONUNBUFFERED=1 python3 bench/make-qwen.py qwen$n "$WORK/qwen$n" >/dev/null 2>&1 || exit 1
+        "$BIN/thin-pack" -q "$WORK/qwen$n" -o "$WORK/q$n.thin" || exit 1
+    fi
+done
+for m in s3 q2 q3; do
     if needs "${m}q" "${m}q" && [ ! -f "$WORK/${m}q.thin" ]; then
         "$BIN/thin-quant" -q --profile quality "$WORK/$m.thin" -o "$WORK/${m}q.thin" || exit 1
     fi

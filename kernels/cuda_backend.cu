@@ -153,6 +153,8 @@ static int alloc_state(cuda_session *s) {
         if (o->kind != PLAN_ATTENTION) continue;
         if (!o->n_kv_heads || !o->head_dim || o->n_heads % o->n_kv_heads || o->head_dim % 2)
             return cuda_failf(s, "attention op %u: bad head counts", i);
+        if (o->head_dim > 1024)
+            return cuda_failf(s, "attention op %u: head_dim %u is above the 1024 the GPU kernels take", i, o->head_dim);
         size_t bytes = (size_t)s->max_ctx * o->n_kv_heads * o->head_dim * kvsz;
         if (cuda_alloc(s, &s->op_kc[i], bytes) || cuda_alloc(s, &s->op_vc[i], bytes)) return -1;
         CK(s, cudaMemset(s->op_kc[i], 0, bytes));

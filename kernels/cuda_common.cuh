@@ -601,6 +601,10 @@ struct rope_args {
     int kv_dtype;
     uint32_t head_dim;
     const int32_t *pos;  /* device: position of row 0 */
+    const void *q_norm, *k_norm; /* per-head RMSNorm weights (head_dim elements) applied to q / k
+                                    before the rotation (Qwen3), or NULL */
+    int q_norm_dt, k_norm_dt;
+    float q_eps, k_eps;
 };
 cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st);
 

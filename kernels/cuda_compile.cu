@@ -8,7 +8,8 @@
  *   linear(a → h); add(h → x)                                      residual added in the epilogue
  *   linears as above; bias(q); bias(k); bias(v)                      biases added in the epilogue
  *   [rmsnorm(x → h);] linear(h → g); linear(h → u); silu_mul(u → g)  gate and up rows side by side
- *   rope(q); rope(k); attention(q, k, v)                            one rope + KV store launch
+ *   [head_rmsnorm(q); head_rmsnorm(k);] rope(q); rope(k); attention(q, k, v)
+ *                                                                   one (head norm +) rope + KV store launch
  *   linear q, k, v (as above) followed by that attention step        for one row (decode), rope and
  *       KV store in the matvec's epilogue (rows i and i + head_dim/2 of a head in one warp)
  *   the gate/up pair (as above) followed by linear(g → d); add(d → x)   for one row (decode), the
@@ -99,6 +100,7 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
     st->norm_op = -1;
     st->add_op = -1;
     st->rope_q = st->rope_k = -1;
+    st->hnorm_q = st->hnorm_k = -1;
     st->attn_step = -1;
     st->bias[0] = st->bias[1] = st->bias[2] = -1;
     st->lin[0] = (int)i;
@@ -138,26 +140,36 @@ static void plain_step(step *st, step_kind k, int op) {
     st->kind = k;
     st->op = op;
     st->norm_op = st->add_op = st->rope_q = st->rope_k = st->attn_step = -1;
+    st->hnorm_q = st->hnorm_k = -1;
     st->bias[0] = st->bias[1] = st->bias[2] = -1;
 }
 
-/* Absorbs rope ops i.. into the attention op that follows them; returns ops consumed or 0. */
-static uint32_t group_attention(const plan *p, uint32_t i, step *st) {
-    int rq = -1, rk = -1;
-    uint32_t j = i;
+/* Absorbs the head RMSNorm ops (q, k) and then the rope ops from op i into the attention op that
+ * follows them; returns ops consumed or 0. */
+static uint32_t group_attention(const cuda_session *s, uint32_t i, step *st) {
+    const plan *p = s->p;
+    int rq = -1, rk = -1, nq = -1, nk = -1;
+    uint32_t j = i, jn;
+    while (j < p->n_ops && p->ops[j].kind == PLAN_HEAD_RMSNORM) j++;
+    jn = j;
     while (j < p->n_ops && p->ops[j].kind == PLAN_ROPE) j++;
-    if (j >= p->n_ops || p->ops[j].kind != PLAN_ATTENTION || j - i > 2) return 0;
+    if (j >= p->n_ops || p->ops[j].kind != PLAN_ATTENTION || jn - i > 2 || j - jn > 2) return 0;
     const plan_op *a = &p->ops[j];
     for (uint32_t r = i; r < j; r++) {
         const plan_op *o = &p->ops[r];
-        if (o->head_dim != a->head_dim) return 0;
-        if (o->in == a->q && rq < 0 && o->n_heads == a->n_heads) rq = (int)r;
-        else if (o->in == a->k && rk < 0 && o->n_heads == a->n_kv_heads) rk = (int)r;
-        else return 0;
+        const int norm = r < jn, q = o->in == a->q, k = o->in == a->k;
+        const uint32_t heads = q ? a->n_heads : a->n_kv_heads;
+        int *slot = norm ? (q ? &nq : &nk) : (q ? &rq : &rk);
+        if (o->head_dim != a->head_dim || !(q || k) || *slot >= 0) return 0;
+        const uint32_t oh = norm && !o->n_heads ? (uint32_t)(p->buf_sizes[o->in] / o->head_dim) : o->n_heads;
+        if (oh != heads || (norm && s->op_w[r] < 0)) return 0;
+        *slot = (int)r;
     }
     plain_step(st, STEP_ATTN, (int)j);
     st->rope_q = rq;
     st->rope_k = rk;
+    st->hnorm_q = nq;
+    st->hnorm_k = nk;
     return j - i + 1;
 }
 
@@ -166,7 +178,8 @@ static uint32_t group_attention(const plan *p, uint32_t i, step *st) {
  * its rope ops rotate whole heads (the epilogue pairs row r with r + head_dim/2). */
 static int qkv_fusable(const cuda_session *s, const step *l, const step *a) {
     const plan *p = s->p;
-    if (l->kind != STEP_LINEAR || a->kind != STEP_ATTN || l->nseg != 3 || l->pair || l->add_op >= 0)
+    if (l->kind != STEP_LINEAR || a->kind != STEP_ATTN || l->nseg != 3 || l->pair || l->add_op >= 0 ||
+        a->hnorm_q >= 0 || a->hnorm_k >= 0) /* head norms need whole heads: the rope kernel's */
         return 0;
     const plan_op *at = &p->ops[a->op];
     const int bufs[3] = {at->q, at->k, at->v};
@@ -402,11 +415,11 @@ int compile_steps(cuda_session *s) {
             if (st->nseg == 0)
                 return cuda_failf(s, "linear %s writes its own input", op->w_name ? op->w_name : "?");
             break;
-        case PLAN_HEAD_RMSNORM: plain_step(st, STEP_HEAD_RMSNORM, (int)i); break;
+        case PLAN_HEAD_RMSNORM:
         case PLAN_ROPE:
-            used = group_attention(p, i, st);
+            used = group_attention(s, i, st);
             if (!used) {
-                plain_step(st, STEP_ROPE, (int)i);
+                plain_step(st, op->kind == PLAN_ROPE ? STEP_ROPE : STEP_HEAD_RMSNORM, (int)i);
                 used = 1;
             }
             break;

@@ -277,6 +277,18 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.kv_dtype = p->kv_dtype;
     r.head_dim = a->head_dim;
     r.pos = s->d_pos;
+    if (st->hnorm_q >= 0) {
+        const dmat *w = &s->w[s->op_w[st->hnorm_q]];
+        r.q_norm = w->data;
+        r.q_norm_dt = w->dtype;
+        r.q_eps = p->ops[st->hnorm_q].eps;
+    }
+    if (st->hnorm_k >= 0) {
+        const dmat *w = &s->w[s->op_w[st->hnorm_k]];
+        r.k_norm = w->data;
+        r.k_norm_dt = w->dtype;
+        r.k_eps = p->ops[st->hnorm_k].eps;
+    }
     if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
     attn_common(s, st, &t);

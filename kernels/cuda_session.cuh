@@ -46,6 +46,8 @@ typedef struct step {
                       and v biases), added in the matvec's epilogue (before the rope) or after the
                       prefill's GEMM, or -1 */
     int rope_q, rope_k; /* ATTN: absorbed ROPE ops, or -1 */
+    int hnorm_q, hnorm_k; /* ATTN: absorbed HEAD_RMSNORM ops on q and k (Qwen3), run by the rope
+                             kernel before it rotates, or -1 */
     int attn_step;      /* LINEAR (q, k, v): decode runs that ATTN step's rope and KV store in
                            its epilogue; -1 when not fused */
     int kv_fused;       /* ATTN: decode gets rope and KV store from the preceding LINEAR step */

@@ -1,58 +1,67 @@
 /*
  * rope.cu — rotate-half RoPE of q and k at each row's position, fused with the store of k and v
- * into the layer's KV cache. A layer without rope ops passes NULL frequency tables and only stores.
- * A partial rotation (the first rot dims of each head, i paired with i + rot/2) leaves the other
- * dims as they are.
+ * into the layer's KV cache and, before the rotation, the per-head RMSNorm of q and k where the
+ * model has one (Qwen3: CPU twin op_head_rmsnorm). A layer without rope ops passes NULL frequency
+ * tables and only stores. A partial rotation (the first rot dims of each head, i paired with
+ * i + rot/2) leaves the other dims as they are.
  * Angles are computed in double as the CPU twin does (op_rope, op_kv_store in ops_cpu.c).
  */
 #include "cuda_common.cuh"
 
-__device__ __forceinline__ void rot(float *x, uint32_t i, uint32_t half, double f, double p,
-                                    float m) {
-    double s, c;
-    sincos(p * f, &s, &c);
-    float cf = (float)c * m, sf = (float)s * m;
-    float x0 = x[i], x1 = x[i + half];
-    x[i] = x0 * cf - x1 * sf;
-    x[i + half] = x0 * sf + x1 * cf;
-}
-
-/* One block per row. */
+/* Block (h, row): head h of q (h < n_heads) or KV head h - n_heads (its k, then its v into the
+ * cache), a thread per dim. Before the dependency wait, which only the activations need, each
+ * thread computes its rotation (the position is set before the step's first kernel) and loads its
+ * norm weight; after it: the head's RMSNorm (a block sum), the rotation (dim i < rot/2 paired with
+ * i + rot/2 through shared memory, dims from rot on unrotated), the row written back and, for a
+ * KV head, k and v stored into the caches. */
 __global__ void rope_store_kernel(const rope_args a) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
     pdl_trigger();
-    pdl_wait();
-    const uint32_t row = blockIdx.x, hd = a.head_dim;
+    const uint32_t hd = a.head_dim, i = threadIdx.x, row = blockIdx.y;
+    const bool isq = blockIdx.x < a.n_heads;
+    const uint32_t h = isq ? blockIdx.x : blockIdx.x - a.n_heads;
+    const double *freq = isq ? a.q_freq : a.k_freq;
+    const uint32_t rot = isq ? a.q_rot : a.k_rot, half = rot / 2;
+    const void *nw = isq ? a.q_norm : a.k_norm;
     const int32_t pos = *a.pos + (int32_t)row;
-    const double p = (double)pos;
-    if (a.q_freq) {
-        float *q = a.q + (size_t)row * a.ldq;
-        const uint32_t half = a.q_rot / 2;
-        for (uint32_t t = threadIdx.x; t < a.n_heads * half; t += blockDim.x) {
-            uint32_t h = t / half, i = t % half;
-            rot(q + (size_t)h * hd, i, half, a.q_freq[i], p, a.q_m);
-        }
+    float cf = 1.0f, sf = 0.0f, wn = 1.0f;
+    if (freq && i < rot) {
+        double sn, cs;
+        sincos((double)pos * freq[i % half], &sn, &cs);
+        const float m = isq ? a.q_m : a.k_m;
+        cf = (float)cs * m;
+        sf = (float)sn * m;
     }
-    if (!a.k) return;
-    float *k = a.k + (size_t)row * a.ldk;
-    const size_t kv_dim = (size_t)a.n_kv * hd, base = (size_t)pos * kv_dim;
-    if (a.k_freq) {
-        const uint32_t half = a.k_rot / 2;
-        for (uint32_t t = threadIdx.x; t < a.n_kv * half; t += blockDim.x) {
-            uint32_t h = t / half, i = t % half;
-            rot(k + (size_t)h * hd, i, half, a.k_freq[i], p, a.k_m);
-        }
-        __syncthreads(); /* the row's k is whole before it is stored */
+    if (nw && i < hd) wn = load_elem(nw, isq ? a.q_norm_dt : a.k_norm_dt, i);
+    pdl_wait();
+    float *x = (isq ? a.q + (size_t)row * a.ldq : a.k + (size_t)row * a.ldk) + (size_t)h * hd;
+    float v = i < hd ? x[i] : 0.0f;
+    if (nw) {
+        float ss = warp_sum(v * v);
+        if ((i & 31) == 0) red[i >> 5] = ss;
+        __syncthreads();
+        ss = 0.0f;
+        for (uint32_t w = 0; w < (blockDim.x >> 5); w++) ss += red[w];
+        v = wn * (v * (1.0f / sqrtf(ss / (float)hd + (isq ? a.q_eps : a.k_eps))));
     }
-    if (a.kcache)
-        for (uint32_t t = threadIdx.x; t < kv_dim; t += blockDim.x)
-            store_kv(a.kcache, a.kv_dtype, base + t, k[t]);
-    if (a.vcache && a.v) {
-        const float *v = a.v + (size_t)row * a.ldv;
-        for (uint32_t t = threadIdx.x; t < kv_dim; t += blockDim.x)
-            store_kv(a.vcache, a.kv_dtype, base + t, v[t]);
+    if (freq) {
+        if (i < hd) xs[i] = v;
+        __syncthreads();
+        if (i < half) v = v * cf - xs[i + half] * sf;
+        else if (i < rot) v = xs[i - half] * sf + v * cf;
     }
+    if (i >= hd) return;
+    x[i] = v;
+    if (isq) return;
+    const size_t c = (size_t)pos * a.n_kv * hd + (size_t)h * hd + i;
+    if (a.kcache) store_kv(a.kcache, a.kv_dtype, c, v);
+    if (a.vcache && a.v) store_kv(a.vcache, a.kv_dtype, c, a.v[(size_t)row * a.ldv + (size_t)h * hd + i]);
 }
 
 cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st) {
-    return launch_k(rope_store_kernel, dim3(n), dim3(256), 0, st, *a);
+    if (a->head_dim > 1024 || !n) return cudaErrorInvalidValue;
+    const uint32_t heads = a->n_heads + (a->k ? a->n_kv : 0);
+    return launch_k(rope_store_kernel, dim3(heads, n), dim3((a->head_dim + 31) / 32 * 32),
+                    a->head_dim * sizeof(float), st, *a);
 }

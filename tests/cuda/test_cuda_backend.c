@@ -39,6 +39,8 @@ static thin_dtype o_dt;
 static thin_dtype qkv_dt;
 /* When set, q, k and v get bias ops after their products (Qwen2), of weights in this dtype. */
 static thin_dtype bias_dt;
+/* When set, q and k get per-head RMSNorms after their products (Qwen3), of weights in this dtype. */
+static thin_dtype qknorm_dt;
 /* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
  * attention factor and per-dimension factors). */
 static float rope_m;
@@ -150,6 +152,14 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
             o = add_op(m, PLAN_BIAS, l, -1, b);
             o->w = make_w(m, 1, b == B_Q ? H : KV, bias_dt, 0.5f, 0.0f);
             o->w_role = b == B_Q ? THIN_ROLE_Q_BIAS : b == B_K ? THIN_ROLE_K_BIAS : THIN_ROLE_V_BIAS;
+        }
+        for (int b = B_Q; qknorm_dt && b <= B_K; b++) {
+            o = add_op(m, PLAN_HEAD_RMSNORM, l, b, -1);
+            o->w = make_w(m, 1, HD, qknorm_dt, 0.3f, 1.0f);
+            o->w_role = b == B_Q ? THIN_ROLE_Q_NORM : THIN_ROLE_K_NORM;
+            o->n_heads = b == B_Q ? NH : NKV;
+            o->head_dim = HD;
+            o->eps = 1e-6f;
         }
         if (l == 0) { /* layer 1 has no rope (as SmolLM3's every 4th layer) */
             for (int b = B_Q; b <= B_K; b++) {
@@ -428,6 +438,14 @@ static void run_all(const char *tag) {
     bias_dt = THIN_DTYPE_F32;
     CASE("BF16+FP8 ffn+F32 q/k/v biases, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     bias_dt = 0;
+    /* Qwen3's q and k norms per head (head_rmsnorm ops after the products, which the rope kernel
+     * runs before it rotates; the q/k/v step then leaves the rope and KV store to it) */
+    qknorm_dt = THIN_DTYPE_BF16;
+    CASE("BF16 w+BF16 q/k norms, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    qknorm_dt = THIN_DTYPE_F32;
+    CASE("BF16+FP8 ffn+F32 q/k norms, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    CASE("F32 w+F32 q/k norms, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    qknorm_dt = 0;
     /* LongRoPE (Phi-3-mini-128k): a table of its own and cos and sin scaled, in the q/k/v
      * epilogue and (prefill, F32 rows) the rope-and-store kernel */
     rope_m = 1.19f;
