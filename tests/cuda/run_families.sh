@@ -1,5 +1,6 @@
 #!/bin/sh
 # The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (in the q/k/v step's epilogue),
+# Qwen3's q and k norms (in the rope kernel),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head). Each one's
@@ -33,6 +34,12 @@ THIN_CUDA_PROFILE=1 "$BIN/thin-run" "$T/m.thin" --device cuda --ids "1 17 42 5" 
     >/dev/null 2>"$T/prof.txt"
 grep -q "^norm+q+k+v+bias+rope+kv " "$T/prof.txt"
 if grep -q "^bias " "$T/prof.txt"; then echo "qwen2-tiny: a bias step of its own"; exit 1; fi
+family qwen3-tiny 0 logits.f32
+# its q and k norms run in the rope kernel, before it rotates: no head_rmsnorm step of its own
+THIN_CUDA_PROFILE=1 "$BIN/thin-run" "$T/m.thin" --device cuda --ids "1 17 42 5" -n 4 -t 0 --ignore-eos \
+    >/dev/null 2>"$T/prof.txt"
+grep -q "^attention+head_norms+rope+kv " "$T/prof.txt"
+if grep -q "^head_rmsnorm " "$T/prof.txt"; then echo "qwen3-tiny: a head_rmsnorm step of its own"; exit 1; fi
 family phi3-tiny 0 logits.f32
 family phi3-longrope 16 logits.f32 64 logits-long.f32
 family phi4-tiny 16 logits.f32 64 logits-long.f32

@@ -48,6 +48,7 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 { cat "$W/smol.json"; printf '\0'; header "$W/m/model.safetensors"; } >"$C/fuzz_arch/smollm3"
 { cat fixtures/qwen2-tiny/config.json; printf '\0'; header fixtures/qwen2-tiny/model.safetensors; } >"$C/fuzz_arch/qwen2"
 { cat fixtures/phi3-tiny/config.json; printf '\0'; header fixtures/phi3-tiny/model.safetensors; } >"$C/fuzz_arch/phi3"
+{ cat fixtures/qwen3-tiny/config.json; printf '\0'; header fixtures/qwen3-tiny/model.safetensors; } >"$C/fuzz_arch/qwen3-norms"
 
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
