@@ -27,6 +27,15 @@ static void rope_of(const cuda_session *s, int op, const double **freq, float *m
     *rot = op >= 0 ? plan_rot_dim(&s->p->ops[op]) : 0;
 }
 
+/* What the rope kernel needs of HEAD_RMSNORM op `op` (-1: none): its weights (NULL: no norm),
+ * their dtype and the epsilon. */
+static void head_norm_of(const cuda_session *s, int op, const void **w, int *dt, float *eps) {
+    const dmat *m = op >= 0 ? &s->w[s->op_w[op]] : NULL;
+    *w = m ? m->data : NULL;
+    *dt = m ? m->dtype : 0;
+    *eps = op >= 0 ? s->p->ops[op].eps : 0.0f;
+}
+
 /* The rope and KV-store epilogue of a q, k, v group (step attn_step's rope ops and caches). */
 static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     const step *at = &s->steps[st->attn_step];
@@ -277,18 +286,8 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.kv_dtype = p->kv_dtype;
     r.head_dim = a->head_dim;
     r.pos = s->d_pos;
-    if (st->hnorm_q >= 0) {
-        const dmat *w = &s->w[s->op_w[st->hnorm_q]];
-        r.q_norm = w->data;
-        r.q_norm_dt = w->dtype;
-        r.q_eps = p->ops[st->hnorm_q].eps;
-    }
-    if (st->hnorm_k >= 0) {
-        const dmat *w = &s->w[s->op_w[st->hnorm_k]];
-        r.k_norm = w->data;
-        r.k_norm_dt = w->dtype;
-        r.k_eps = p->ops[st->hnorm_k].eps;
-    }
+    head_norm_of(s, st->hnorm_q, &r.q_norm, &r.q_norm_dt, &r.q_eps);
+    head_norm_of(s, st->hnorm_k, &r.k_norm, &r.k_norm_dt, &r.k_eps);
     if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
     attn_common(s, st, &t);

@@ -186,16 +186,20 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
  * batches, FP8 pairs (half the bytes per element, more work per byte) with three blocks of half
  * batches; single rows in their own kernel at up to three blocks of full batches, which halves
  * the chain of dependent loads of an FP8 down row (measured on the H200; env THIN_CUDA_MV and
- * THIN_CUDA_MV_SINGLE override). */
-template <int DT>
+ * THIN_CUDA_MV_SINGLE override). BIAS: rows with biases (see mv_args), in kernels of their own of
+ * the same block shapes; the single-row kernels (MODE 1 and 2) take none, so such rows run as
+ * MODE 0. */
+template <int DT, bool BIAS>
 static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
-    /* dual single rows are units of two rows: the row-pair kernel's (launch_v caps its blocks) */
-    const bool single = !a->pair && !a->rope && !a->dual;
-    if (thin_cuda_mv_pipe && single && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
-        return launch_v<DT, 1, 1>(a, n_sm, st);
-    if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
+    if constexpr (!BIAS) {
+        /* dual single rows are units of two rows: the row-pair kernel's (launch_v caps its blocks) */
+        const bool single = !a->pair && !a->rope && !a->dual;
+        if (thin_cuda_mv_pipe && single && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
+            return launch_v<DT, 1, 1>(a, n_sm, st);
+        if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
+    }
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
-    if (minb >= 3) return launch_v<DT, 3, 0>(a, n_sm, st);
+    if (minb >= 3) return launch_v<DT, 3, 0, MV_WARPS, BIAS>(a, n_sm, st);
     /* q/k/v (rope pairs) and the dual o-projection in blocks of 12 warps, one per SM by registers
      * (128 blocks for SmolLM3-3B's q/k/v, 86 for o), after an MLP kernel that also runs one block
      * per SM (H200, SmolLM3-3B: quality FP8 651.4, 649.9 and 651.9 against 640.7, 638.7 and 641.2
@@ -206,18 +210,19 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
      * 671.4 against 661.0 in two calls), while BF16 stays at 12 (in blocks of 8: 514.4 against
      * 524.3). THIN_CUDA_MV_WARPS=8 or 12: that for all. */
     const int nw = thin_cuda_mv_warps == 8 || thin_cuda_mv_warps == 12 ? thin_cuda_mv_warps : a->warps;
-    if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12>(a, n_sm, st);
-    return launch_v<DT, 1, 0>(a, n_sm, st);
+    if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12, BIAS>(a, n_sm, st);
+    return launch_v<DT, 1, 0, MV_WARPS, BIAS>(a, n_sm, st);
 }
 
-/* Rows with biases (see mv_args) in kernels of their own, in the block shapes launch_dt gives the
- * rows without. */
-template <int DT>
-static cudaError_t launch_bias_dt(const mv_args *a, int n_sm, cudaStream_t st) {
-    if (DT == THIN_DTYPE_F8_E4M3) return launch_v<DT, 3, 0, MV_WARPS, true>(a, n_sm, st);
-    const int nw = thin_cuda_mv_warps == 8 || thin_cuda_mv_warps == 12 ? thin_cuda_mv_warps : a->warps;
-    if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12, true>(a, n_sm, st);
-    return launch_v<DT, 1, 0, MV_WARPS, true>(a, n_sm, st);
+template <bool BIAS>
+static cudaError_t launch_dtype(const mv_args *a, int n_sm, cudaStream_t st) {
+    switch (a->seg[0].w.dtype) {
+    case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16, BIAS>(a, n_sm, st);
+    case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16, BIAS>(a, n_sm, st);
+    case THIN_DTYPE_F8_E4M3: return launch_dt<THIN_DTYPE_F8_E4M3, BIAS>(a, n_sm, st);
+    case THIN_DTYPE_F32: return launch_dt<THIN_DTYPE_F32, BIAS>(a, n_sm, st);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 cudaError_t matvec_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
@@ -234,18 +239,6 @@ cudaError_t launch_matvec(const mv_args *in, int n_sm, cudaStream_t st) {
     if (thin_cuda_mv_dual > 0 && a->nseg == 1 && !a->pair && !a->rope && w0.rows > 1 &&
         (size_t)w0.rows * w0.pitch * thin_dtype_size((thin_dtype)w0.dtype) <= (size_t)16 << 20)
         b.dual = 1;
-    if (a->bias[0] || a->bias[1] || a->bias[2]) switch (a->seg[0].w.dtype) {
-        case THIN_DTYPE_BF16: return launch_bias_dt<THIN_DTYPE_BF16>(a, n_sm, st);
-        case THIN_DTYPE_F16: return launch_bias_dt<THIN_DTYPE_F16>(a, n_sm, st);
-        case THIN_DTYPE_F8_E4M3: return launch_bias_dt<THIN_DTYPE_F8_E4M3>(a, n_sm, st);
-        case THIN_DTYPE_F32: return launch_bias_dt<THIN_DTYPE_F32>(a, n_sm, st);
-        default: return cudaErrorInvalidValue;
-        }
-    switch (a->seg[0].w.dtype) {
-    case THIN_DTYPE_BF16: return launch_dt<THIN_DTYPE_BF16>(a, n_sm, st);
-    case THIN_DTYPE_F16: return launch_dt<THIN_DTYPE_F16>(a, n_sm, st);
-    case THIN_DTYPE_F8_E4M3: return launch_dt<THIN_DTYPE_F8_E4M3>(a, n_sm, st);
-    case THIN_DTYPE_F32: return launch_dt<THIN_DTYPE_F32>(a, n_sm, st);
-    default: return cudaErrorInvalidValue;
-    }
+    return a->bias[0] || a->bias[1] || a->bias[2] ? launch_dtype<true>(a, n_sm, st)
+                                                  : launch_dtype<false>(a, n_sm, st);
 }
