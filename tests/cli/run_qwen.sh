@@ -1,0 +1,34 @@
+#!/bin/sh
+# Qwen-shaped models, each against its fixture's own float64 forward pass
+# (fixtures/qwen2-tiny/make.py): the tape carries the family's ops after the three products, and
+# the teacher-forced logits match within 1e-4 with an F32 KV cache, whole and split over devices;
+# a BF16 KV cache stays close.
+#   Qwen2 (q, k and v biases, grouped-query attention, RoPE base 1e6, tied embeddings): each bias
+#   added after the three products; split over 2 and 4 devices.
+#   Qwen3 (per-head RMSNorms of q and k before the rotation): q and k normalized after the
+#   products, before the rope; split over 2 devices.
+set -e
+# family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
+family() {
+    Q="$FIX/$1" op=$2 count=$3 line=$4 role=$5
+    shift 5
+    "$BIN/thin-pack" -q "$Q" -o "$T/q.thin"
+    "$BIN/thin-inspect" --tape "$T/q.thin" > "$T/tape.txt"
+    test "$(grep -c " $op " "$T/tape.txt")" -eq "$count"
+    grep -q "$line" "$T/tape.txt"
+    "$BIN/thin-inspect" --json "$T/q.thin" | grep -q "\"role\": \"$role\""
+    "$BIN/thin-run" "$T/q.thin" --device cpu --kv-dtype f32 --score "$Q/ids.txt" --out "$T/f32.f32"
+    "$BIN/thin-compare" "$Q/logits.f32" "$T/f32.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+    for n in "$@"; do
+        "$BIN/thin-run" "$T/q.thin" --device cpu --kv-dtype f32 --shards $n --score "$Q/ids.txt" \
+            --out "$T/s$n.f32"
+        "$BIN/thin-compare" "$Q/logits.f32" "$T/s$n.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+    done
+    "$BIN/thin-run" "$T/q.thin" --device cpu --kv-dtype bf16 --score "$Q/ids.txt" --out "$T/b16.f32"
+    echo "BF16 KV cache:"
+    "$BIN/thin-compare" "$Q/logits.f32" "$T/b16.f32" --vocab 96 --summary --min-cosine 0.9999
+}
+family qwen2-tiny bias 6 'bias .* w=model.layers.1.self_attn.v_proj.bias out=v' k_bias 2 4
+family qwen3-tiny head_rmsnorm 4 \
+    'head_rmsnorm .* w=model.layers.1.self_attn.k_norm.weight in=k head_dim=16' q_norm 2
+echo ok
