@@ -20,7 +20,7 @@
 #include "../tools/thin-quant/rewrite.h"
 #include "thin.h"
 
-enum { N_LAYERS = 4, DIM = 32, KV = 16, FFN = 48, VOCAB = 64 };
+enum { N_LAYERS = 6, DIM = 32, KV = 16, FFN = 48, VOCAB = 64 };
 
 typedef struct fixture {
     char dir[64];
@@ -59,7 +59,7 @@ static void add(thin_writer *w, const char *name, thin_role role, int32_t layer,
     free(buf);
 }
 
-/* A 4-layer model with mixed dtypes, a tied (or untied) lm_head, sections and a blob. */
+/* A 6-layer model with mixed dtypes, a tied (or untied) lm_head, sections and a blob. */
 static void make_model(const char *path, int tied, int nan, thin_codec codec)
 {
     rng = 0x1234567887654321ull; /* the same values in every variant */
@@ -93,7 +93,7 @@ static void make_model(const char *path, int tied, int nan, thin_codec codec)
     }
     assert_int_equal(thin_writer_add_blob(w, "tokenizer.json", BLOB, strlen(BLOB)), THIN_OK);
     assert_int_equal(thin_writer_set_section(w, "model",
-        "{\"family\":\"llama\",\"hparams\":{\"n_layers\":4,\"rms_norm_eps\":1e-05}}"), THIN_OK);
+        "{\"family\":\"llama\",\"hparams\":{\"n_layers\":6,\"rms_norm_eps\":1e-05}}"), THIN_OK);
     assert_int_equal(thin_writer_set_section(w, "tokenizer",
         "{\"format\":\"hf\",\"tokenizer_json\":\"tokenizer.json\"}"), THIN_OK);
     assert_int_equal(thin_writer_set_section(w, "tape", "{\"version\":1,\"ops\":[]}"), THIN_OK);
@@ -283,7 +283,7 @@ static void test_quality_profile(void **state)
 #define NAME(x) (snprintf(name, sizeof name, "layers.%d.%s", l, x), name)
         check_fp8(a, b, NAME("gate"));
         check_fp8(a, b, NAME("up"));
-        if (l == 1 || l == 2) /* [4/4, 12/4) */
+        if (l == 2 || l == 3) /* [2, 6 - 2) */
             check_fp8(a, b, NAME("down"));
         else
             check_same(a, b, NAME("down"));
@@ -301,7 +301,7 @@ static void test_quality_profile(void **state)
     assert_int_equal(thin_file_find(b, "lm_head", &t), THIN_OK);
     assert_string_equal(t.tied_to, "embed");
     assert_int_equal(t.dtype, THIN_DTYPE_BF16);
-    assert_int_equal(thin_file_tensor_count(b), thin_file_tensor_count(a) + 10);
+    assert_int_equal(thin_file_tensor_count(b), thin_file_tensor_count(a) + 14);
     check_carried_sections_and_blob(a, b);
     json_t *rt = section(b, "runtime"), *q = section(b, "quant");
     assert_string_equal(json_string_value(json_object_get(rt, "kv_cache_dtype")), "BF16");
@@ -313,10 +313,10 @@ static void test_quality_profile(void **state)
     assert_string_equal(json_string_value(json_object_get(json_object_get(q, "options"),
                                                           "scale")), "mse");
     json_t *fp8 = json_object_get(q, "fp8");
-    assert_string_equal(json_string_value(json_object_get(fp8, "gate")), "0-3");
-    assert_string_equal(json_string_value(json_object_get(fp8, "down")), "1-2");
-    assert_int_equal(json_integer_value(json_object_get(q, "bf16")), 9);
-    assert_int_equal(rep.n_layers, 4);
+    assert_string_equal(json_string_value(json_object_get(fp8, "gate")), "0-5");
+    assert_string_equal(json_string_value(json_object_get(fp8, "down")), "2-3");
+    assert_int_equal(json_integer_value(json_object_get(q, "bf16")), 13);
+    assert_int_equal(rep.n_layers, 6);
     json_decref(rt);
     json_decref(q);
     thin_file_free(a);

@@ -58,7 +58,7 @@ static void test_profile_names(void **state)
     assert_string_equal(tq_profile_name(TQ_PROFILE_NONE), "none");
 }
 
-/* quality on 36 layers: gate/up everywhere, down in 9-26, other matrices to BF16. */
+/* quality on 36 layers: gate/up everywhere, down in 2-33, other matrices to BF16. */
 static void test_quality_profile(void **state)
 {
     tq_selection *s = sel_new();
@@ -68,9 +68,9 @@ static void test_quality_profile(void **state)
     for (int32_t l = 0; l < 36; l++) {
         assert_int_equal(act(s, THIN_ROLE_GATE, l, THIN_DTYPE_BF16, 2, 36), TQ_ACTION_FP8);
         assert_int_equal(act(s, THIN_ROLE_UP, l, THIN_DTYPE_F32, 2, 36), TQ_ACTION_FP8);
-        tq_action want = (l >= 9 && l <= 26) ? TQ_ACTION_FP8 : TQ_ACTION_COPY;
+        tq_action want = (l >= 2 && l <= 33) ? TQ_ACTION_FP8 : TQ_ACTION_COPY;
         assert_int_equal(act(s, THIN_ROLE_DOWN, l, THIN_DTYPE_BF16, 2, 36), want);
-        want = (l >= 9 && l <= 26) ? TQ_ACTION_FP8 : TQ_ACTION_BF16;
+        want = (l >= 2 && l <= 33) ? TQ_ACTION_FP8 : TQ_ACTION_BF16;
         assert_int_equal(act(s, THIN_ROLE_DOWN, l, THIN_DTYPE_F32, 2, 36), want);
         assert_int_equal(act(s, THIN_ROLE_Q, l, THIN_DTYPE_BF16, 2, 36), TQ_ACTION_COPY);
         assert_int_equal(act(s, THIN_ROLE_O, l, THIN_DTYPE_F16, 2, 36), TQ_ACTION_BF16);
@@ -79,11 +79,12 @@ static void test_quality_profile(void **state)
     assert_int_equal(act(s, THIN_ROLE_EMBEDDING, -1, THIN_DTYPE_F32, 2, 36), TQ_ACTION_BF16);
     assert_int_equal(act(s, THIN_ROLE_LM_HEAD, -1, THIN_DTYPE_F32, 2, 36), TQ_ACTION_BF16);
     assert_int_equal(act(s, THIN_ROLE_FINAL_NORM, -1, THIN_DTYPE_F32, 1, 36), TQ_ACTION_COPY);
-    /* 5 layers: middle is [1, 3) */
-    assert_int_equal(act(s, THIN_ROLE_DOWN, 0, THIN_DTYPE_BF16, 2, 5), TQ_ACTION_COPY);
-    assert_int_equal(act(s, THIN_ROLE_DOWN, 1, THIN_DTYPE_BF16, 2, 5), TQ_ACTION_FP8);
-    assert_int_equal(act(s, THIN_ROLE_DOWN, 2, THIN_DTYPE_BF16, 2, 5), TQ_ACTION_FP8);
-    assert_int_equal(act(s, THIN_ROLE_DOWN, 3, THIN_DTYPE_BF16, 2, 5), TQ_ACTION_COPY);
+    /* 5 layers: the middle is layer 2 alone; 4 layers: no middle */
+    for (int32_t l = 0; l < 5; l++)
+        assert_int_equal(act(s, THIN_ROLE_DOWN, l, THIN_DTYPE_BF16, 2, 5),
+                         l == 2 ? TQ_ACTION_FP8 : TQ_ACTION_COPY);
+    for (int32_t l = 0; l < 4; l++)
+        assert_int_equal(act(s, THIN_ROLE_DOWN, l, THIN_DTYPE_BF16, 2, 4), TQ_ACTION_COPY);
     /* already-FP8 gate: copied, with a reason */
     thin_tensor_info t = tensor(THIN_ROLE_GATE, 0, THIN_DTYPE_F8_E4M3, 2);
     const char *why = NULL;

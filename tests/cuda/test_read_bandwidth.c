@@ -5,7 +5,7 @@
  * the ceiling each decode step's matvec is measured against. Prints one line per case
  * ("read_bandwidth MB row_bytes blocks_per_sm alone_GBps back_to_back_GBps"). Then the reads of a
  * whole SmolLM3-3B decode token (36 layers of q/k/v, o, gate/up, down, then the LM head; BF16, and
- * the quality profile's FP8 gate/up and layers 9-26 down) as one kernel per matrix, with and
+ * the quality profile's FP8 gate/up and layers 2-33 down) as one kernel per matrix, with and
  * without programmatic dependent launch: the tokens/s the per-op kernels could reach if their
  * arithmetic and attention cost nothing ("read_sequence profile pdl blocks_per_sm tok_s GBps").
  * Checks that the probes work. Exits 0 with a note when no GPU.
@@ -47,7 +47,7 @@ int main(void) {
     for (int fp8 = 0; fp8 <= 1; fp8++) {
         uint64_t total = 0;
         for (int l = 0; l < LAYERS; l++) {
-            const int fdown = fp8 && l >= LAYERS / 4 && l < 3 * LAYERS / 4;
+            const int fdown = fp8 && l >= 2 && l < LAYERS - 2;
             const uint64_t b[4] = {3072ull * 4096, 2048ull * 4096, 22016ull * (fp8 ? 2048 : 4096),
                                    2048ull * (fdown ? 11008 : 22016)};
             const uint32_t r[4] = {4096, 4096, fp8 ? 2048u : 4096u, fdown ? 11008u : 22016u};

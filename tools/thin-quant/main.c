@@ -48,7 +48,7 @@ static void usage(void)
            "  -h, --help             this help\n"
            "  -V, --version          version\n\n"
            "Profiles (n = number of layers):\n"
-           "  quality  FP8: gate and up in every layer, down in layers [n/4, 3n/4); other\n"
+           "  quality  FP8: gate and up in every layer, down in layers [2, n-2); other\n"
            "           F32/F16/F64 matrices to BF16; 1-D tensors (norms) keep their dtype;\n"
            "           runtime.kv_cache_dtype = BF16\n"
            "  fp8-all  FP8: q k v o qkv gate up gate_up down, lm_head unless tied; embedding kept\n"

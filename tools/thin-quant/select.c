@@ -10,6 +10,11 @@
 
 #define ROLE_BIT(r) (1u << (r))
 
+/* The quality profile keeps down in BF16 in this many layers at each end of the model, where a
+ * layer's error weighs most on the output (the first layers feed every later one; the last ones
+ * reach the logits almost unmixed). */
+#define QUALITY_DOWN_EDGE 2
+
 /* Roles that are linear layers inside a layer. */
 static const uint32_t LAYER_LINEAR = ROLE_BIT(THIN_ROLE_Q) | ROLE_BIT(THIN_ROLE_K) |
     ROLE_BIT(THIN_ROLE_V) | ROLE_BIT(THIN_ROLE_O) | ROLE_BIT(THIN_ROLE_QKV) |
@@ -162,8 +167,8 @@ static int profile_wants(const tq_selection *s, const thin_tensor_info *t, uint3
         if (t->role == THIN_ROLE_GATE || t->role == THIN_ROLE_UP || t->role == THIN_ROLE_GATE_UP)
             return 1;
         if (t->role == THIN_ROLE_DOWN)
-            return t->layer >= 0 && (uint64_t)t->layer >= n_layers / 4 &&
-                   (uint64_t)t->layer < (uint64_t)n_layers * 3 / 4;
+            return t->layer >= QUALITY_DOWN_EDGE &&
+                   (uint64_t)t->layer + QUALITY_DOWN_EDGE < (uint64_t)n_layers;
         return 0;
     case TQ_PROFILE_FP8_ALL:
         return (LAYER_LINEAR & bit) || t->role == THIN_ROLE_LM_HEAD;

@@ -3,8 +3,9 @@
  * the named profiles and the explicit --roles / --layers / --select choices.
  *
  * Profiles (n = number of layers of the model):
- *   quality  FP8: gate and up in every layer, down in the middle layers [n/4, 3n/4) (integer
- *            division; 36 layers give 9-26). Every other matrix (rank >= 2) stored as F64, F32 or
+ *   quality  FP8: gate and up in every layer, down in the middle layers [2, n - 2), every layer
+ *            but the first two and the last two (36 layers give 2-33; 4 or fewer, none). Every
+ *            other matrix (rank >= 2) stored as F64, F32 or
  *            F16 becomes BF16 (q, k, v, o, embedding, lm_head, ...); 1-D tensors (norms, biases)
  *            keep their dtype. The runtime section records kv_cache_dtype BF16.
  *   fp8-all  FP8: every linear layer (q k v o qkv gate up gate_up down, and lm_head unless it is
