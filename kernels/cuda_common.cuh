@@ -668,6 +668,13 @@ struct attn_o_args {
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
     float *resid;        /* resid[r] += (o · attention)[r] */
     uint32_t rows_per;   /* set by the launcher: o rows per block (a multiple of 4) */
+    rope_args r;         /* r.k NULL: q and the newest K/V row as the q/k/v step left them (rotated,
+                            stored). Else the step's rope and KV store of the token, which the q/k/v
+                            step's epilogue could not take (a head's norm needs the whole head:
+                            Qwen3), are done here: each block takes q (r.q) and the newest k and
+                            v (r.k, r.v) of its heads, normalises and rotates them as
+                            rope_store_kernel does, and the first query head of each group stores
+                            k and v into the caches (attn_o_rope_supported) */
 };
 cudaError_t launch_attn_o(const attn_o_args *a, cudaStream_t st);
 /* Decode positions below which the attention + o kernel runs (env THIN_CUDA_ATTN_O, default
@@ -682,6 +689,11 @@ extern int thin_cuda_ao_push;
  * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,
  * whole KV groups. */
 int attn_o_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_dtype, const dmat *o);
+/* Whether the kernel can also take the token's rope and KV store (attn_o_args.r) for this head_dim:
+ * two threads a dim pair of q and k (head_dim at most 128), with the partials pushed
+ * (thin_cuda_ao_push) and env THIN_CUDA_AO_ROPE not 0. */
+int attn_o_rope_supported(uint32_t head_dim);
+extern int thin_cuda_ao_rope;
 /* Its shared memory for a chunk of `chunk` positions per block (o rows as the launcher splits them). */
 size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chunk);
 

@@ -288,7 +288,11 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     r.pos = s->d_pos;
     head_norm_of(s, st->hnorm_q, &r.q_norm, &r.q_norm_dt, &r.q_eps);
     head_norm_of(s, st->hnorm_k, &r.k_norm, &r.k_norm_dt, &r.k_eps);
-    if (!(st->kv_fused && n == 1)) CK(s, launch_rope_store(&r, n, s->st));
+    /* one row through the attention + o kernel: it takes the rope and KV store that the q/k/v
+     * step's epilogue did not (attn_o_args.r) where it can */
+    const int ao = n == 1 && s->short_now && st->attn_o;
+    const int ao_rope = ao && !st->kv_fused && attn_o_rope_supported(a->head_dim);
+    if (!(st->kv_fused && n == 1) && !ao_rope) CK(s, launch_rope_store(&r, n, s->st));
     attn_args t;
     attn_common(s, st, &t);
     t.n_splits = n == 1 ? s->dec_splits : s->n_splits;
@@ -297,15 +301,16 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
     t.partial = s->d_attnpart;
     t.counter = thin_cuda_fuse ? s->d_attncnt : NULL; /* NULL: the per-head kernels */
     t.cluster = n == 1 && thin_cuda_fuse && thin_cuda_cluster;
-    if (n == 1 && s->short_now && st->attn_o) { /* with the o-projection after it (attn_o.cu) */
+    if (ao) { /* with the o-projection after it (attn_o.cu) */
         const step *ol = st + 1;
-        attn_o_args ao;
-        memset(&ao, 0, sizeof ao);
-        ao.a = t;
-        ao.a.chunk_max = s->attn_o_chunk;
-        ao.o = s->w[s->op_w[ol->lin[0]]];
-        ao.resid = row_of(s, p->ops[ol->add_op].out, 0);
-        CK(s, launch_attn_o(&ao, s->st));
+        attn_o_args aa;
+        memset(&aa, 0, sizeof aa);
+        aa.a = t;
+        aa.a.chunk_max = s->attn_o_chunk;
+        aa.o = s->w[s->op_w[ol->lin[0]]];
+        aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
+        if (ao_rope) aa.r = r;
+        CK(s, launch_attn_o(&aa, s->st));
         return 0;
     }
     CK(s, launch_attention(&t, n, s->st));
