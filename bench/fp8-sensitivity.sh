@@ -86,7 +86,7 @@ if [ "$STORIES" = 1 ]; then
     "$BIN/thin-pack" -q "$S/model.safetensors" -o "$W/s.thin"
     "$BIN/thin-run" "$W/s.thin" --device cpu --kv-dtype f32 --score "$W/s.ids" --out "$W/s.f32"
     NL=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$S/config.json")
-    LO=$((NL / 4)) HI=$((3 * NL / 4 - 1))
+    LO=2 HI=$((NL - 3)) # the quality profile's down layers, [2, n - 2)
     echo "stories260K: one role in FP8 (min centered cosine over 200 positions; reference: the F32"
     echo "weights computed in F32; layers 0-$((NL - 1)))"
     printf "%-7s %-5s" scale role
@@ -162,7 +162,7 @@ if [ "$RANDOM_MODEL" = 1 ]; then
 r = random.Random(0)
 print("\n".join(str(r.randrange(128256)) for _ in range(int(sys.argv[1]))))' "$POSITIONS" \
         > "$W/r.ids"
-    LO=$((LAYERS / 4)) HI=$((3 * LAYERS / 4 - 1))
+    LO=2 HI=$((LAYERS - 3)) # the quality profile's down layers, [2, n - 2)
     DOWN="down:$LO-$HI"
     [ "$HI" -ge "$LO" ] || DOWN=
     t0=$(date +%s)
