@@ -6,7 +6,7 @@
 # Phi-3.5-mini's rope_scaling), a context of up to original_max_position_embeddings (the default
 # context of such a model) takes the short factors and a longer one the long factors, each
 # matching its float64 reference; so does Phi-4-mini's form, LongRoPE on the first half of each
-# head (partial_rotary_factor).
+# head (partial_rotary_factor), with heads of 16 and of 32 dims.
 set -e
 P="$FIX/phi3-tiny"
 "$BIN/thin-pack" -q "$P" -o "$T/p.thin"
@@ -46,14 +46,17 @@ if "$BIN/thin-run" "$T/r.thin" --device cpu --score "$T/ids20.txt" --out "$T/x.f
     exit 1
 fi
 grep -q 'more than the context of 16 positions (the default; --ctx allows up to 64)' "$T/err.txt"
-R="$FIX/phi4-tiny"
-"$BIN/thin-pack" -q "$R" -o "$T/r4.thin"
-"$BIN/thin-inspect" --tape "$T/r4.thin" | grep -q 'rope .*in=k head_dim=16 .*rot_dim=8'
-for c in "16 logits.f32" "64 logits-long.f32"; do
-    set -- $c
-    "$BIN/thin-run" "$T/r4.thin" --device cpu --kv-dtype f32 --ctx "$1" --score "$R/ids.txt" \
-        --out "$T/r4.f32"
-    echo "partial rotary, --ctx $1:"
-    "$BIN/thin-compare" "$R/$2" "$T/r4.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+for f in "phi4-tiny 16 8" "phi4-hd32 32 16"; do
+    set -- $f
+    R="$FIX/$1"
+    "$BIN/thin-pack" -q "$R" -o "$T/r4.thin"
+    "$BIN/thin-inspect" --tape "$T/r4.thin" | grep -q "rope .*in=k head_dim=$2 .*rot_dim=$3"
+    for c in "16 logits.f32" "64 logits-long.f32"; do
+        set -- $c
+        "$BIN/thin-run" "$T/r4.thin" --device cpu --kv-dtype f32 --ctx "$1" --score "$R/ids.txt" \
+            --out "$T/r4.f32"
+        echo "partial rotary ($(basename "$R")), --ctx $1:"
+        "$BIN/thin-compare" "$R/$2" "$T/r4.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+    done
 done
 echo ok

@@ -6,7 +6,7 @@
 #   Qwen2 (q, k and v biases, grouped-query attention, RoPE base 1e6, tied embeddings): each bias
 #   added after the three products; split over 2 and 4 devices.
 #   Qwen3 (per-head RMSNorms of q and k before the rotation): q and k normalized after the
-#   products, before the rope; split over 2 devices.
+#   products, before the rope; split over 2 devices; heads of 16 and of 32 dims.
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -31,4 +31,6 @@ family() {
 family qwen2-tiny bias 6 'bias .* w=model.layers.1.self_attn.v_proj.bias out=v' k_bias 2 4
 family qwen3-tiny head_rmsnorm 4 \
     'head_rmsnorm .* w=model.layers.1.self_attn.k_norm.weight in=k head_dim=16' q_norm 2
+family qwen3-hd32 head_rmsnorm 4 \
+    'head_rmsnorm .* w=model.layers.1.self_attn.k_norm.weight in=k head_dim=32' q_norm 2
 echo ok

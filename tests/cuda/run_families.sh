@@ -3,7 +3,8 @@
 # Qwen3's q and k norms (in the rope kernel),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
-# attention factor) and Phi-4-mini's form of it (on the first half of each head). Each one's
+# attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
+# Phi-4-mini with heads of 32 dims as well, whose decode runs the attention + o kernel. Each one's
 # teacher-forced logits match the fixture's float64 reference (F32 weights and KV cache), and its
 # greedy ids equal the CPU's.
 set -e
@@ -43,4 +44,8 @@ if grep -q "^head_rmsnorm " "$T/prof.txt"; then echo "qwen3-tiny: a head_rmsnorm
 family phi3-tiny 0 logits.f32
 family phi3-longrope 16 logits.f32 64 logits-long.f32
 family phi4-tiny 16 logits.f32 64 logits-long.f32
+# heads of 32 dims: the decode runs the attention + o kernel (heads of 16 take the grouped kernel),
+# which takes Qwen3's head norms and Phi-4-mini's partial rotation itself instead of a rope kernel
+family qwen3-hd32 0 logits.f32
+family phi4-hd32 16 logits.f32 64 logits-long.f32
 echo ok
