@@ -37,7 +37,7 @@ mkdir -p "$OUTDIR" "$WORK"
 BW=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/copy_bandwidth_GBps/{print $2}')
 # the models MODELS names and WORK lacks: s3 / s3q (SmolLM3-3B, BF16 / quality FP8), q2 / q2q
 # (Qwen2.5-1.5B, with q/k/v biases), q3 / q3q (Qwen3-1.7B, with q/k norms)
-needs() { case " $MODELS " in *" $1 "*|*" $2 "*) return 0 ;; esac; return 1; }
+needs() { for n; do case " $MODELS " in *" $n "*) return 0 ;; esac; done; return 1; }
 if needs s3 s3q && [ ! -f "$WORK/s3.thin" ]; then
     PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1 || exit 1
     "$BIN/thin-pack" -q "$WORK/smollm3" \
@@ -50,7 +50,7 @@ for n in 2 3; do
     fi
 done
 for m in s3 q2 q3; do
-    if needs "${m}q" "${m}q" && [ ! -f "$WORK/${m}q.thin" ]; then
+    if needs "${m}q" && [ ! -f "$WORK/${m}q.thin" ]; then
         "$BIN/thin-quant" -q --profile quality "$WORK/$m.thin" -o "$WORK/${m}q.thin" || exit 1
     fi
 done

@@ -338,40 +338,16 @@ __device__ __forceinline__ float4 ao_request_o(const attn_o_args &p, const ao_sp
     return sc4;
 }
 
-/* The token's rope of thread t (t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD) and its norm
- * weight, as rope_store_kernel computes them (before the dependency wait: the position is set
- * before the step's first kernel, the tables and weights are read-only). */
-struct ao_rot {
-    float cf, sf, wn;
-};
-template <uint32_t HD>
-__device__ __forceinline__ ao_rot ao_rot_of(const rope_args &r, uint32_t pos) {
-    const uint32_t t = threadIdx.x, isk = t >= HD, i = isk ? t - HD : t;
-    ao_rot o = {1.0f, 0.0f, 1.0f};
-    if (t >= 2 * HD) return o;
-    const double *freq = isk ? r.k_freq : r.q_freq;
-    const uint32_t rot = isk ? r.k_rot : r.q_rot;
-    if (freq && i < rot) {
-        double sn, cs;
-        sincos((double)pos * freq[i % (rot / 2)], &sn, &cs);
-        const float m = isk ? r.k_m : r.q_m;
-        o.cf = (float)cs * m;
-        o.sf = (float)sn * m;
-    }
-    const void *nw = isk ? r.k_norm : r.q_norm;
-    if (nw) o.wn = load_elem(nw, isk ? r.k_norm_dt : r.q_norm_dt, i);
-    return o;
-}
-
 /* After the wait, with the rope in this kernel (attn_o_args.r): q of head h and the newest k of KV
- * head kh, each normalised (where the model has a head norm) and rotated by two threads a dim as
- * rope_store_kernel does, q into qs, and where the block's span holds the token's position its k
+ * head kh, each normalised (where the model has a head norm) and rotated by two threads a dim
+ * (thread t < HD q's dim t, thread HD + t k's; d: its rope_dim_of, taken before the wait) through
+ * rope_store_kernel's helpers, q into qs, and where the block's span holds the token's position its k
  * and v (rounded as the cache holds them) into that row of ks and vs; the block of the group's
  * first query head also stores them into the caches, which only later tokens read. tmp: 2 HD
  * floats, sums: AO_WARPS floats of shared memory. */
 template <int KDT, uint32_t HD>
 __device__ __forceinline__ void ao_rope_newest(const attn_o_args &p, const ao_span &s, uint32_t h, uint32_t kh,
-                                               const ao_rot &ro, float *qs, uint8_t *ks, uint8_t *vs, float *tmp,
+                                               const rope_dim &d, float *qs, uint8_t *ks, uint8_t *vs, float *tmp,
                                                float *sums) {
     static_assert(2 * HD <= AO_THREADS, "two threads a dim");
     constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
@@ -387,17 +363,13 @@ __device__ __forceinline__ void ao_rope_newest(const attn_o_args &p, const ao_sp
         if (act && (isk ? r.k_norm : r.q_norm)) {
             float sum = 0.0f;
             for (uint32_t w = isk * (HD / 32); w < (isk + 1) * (HD / 32); w++) sum += sums[w];
-            v = ro.wn * (v * (1.0f / sqrtf(sum / (float)HD + (isk ? r.k_eps : r.q_eps))));
+            v = rope_dim_norm(r, isk, d, v, sum);
         }
     }
     if (r.q_freq || r.k_freq) {
         if (act) tmp[t] = v;
         __syncthreads();
-        const uint32_t rot = isk ? r.k_rot : r.q_rot, half = rot / 2;
-        if (act && (isk ? r.k_freq : r.q_freq)) {
-            if (i < half) v = v * ro.cf - tmp[t + half] * ro.sf;
-            else if (i < rot) v = tmp[t - half] * ro.sf + v * ro.cf;
-        }
+        if (act && (isk ? r.k_freq : r.q_freq)) v = rope_dim_rotate(r, isk, d, i, v, tmp + isk * HD);
     }
     if (!act) return;
     if (!isk) {
@@ -437,12 +409,13 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
     const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
-    ao_rot ro = {1.0f, 0.0f, 1.0f};
-    if constexpr (ROPE) ro = ao_rot_of<HD>(p.r, s.pos0);
+    rope_dim rd = {1.0f, 0.0f, 1.0f};
+    if constexpr (ROPE) /* thread t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD */
+        if (threadIdx.x < 2 * HD) rd = rope_dim_of(p.r, threadIdx.x >= HD, threadIdx.x % HD, (int32_t)s.pos0);
     pdl_wait();
     kt.waited();
     if constexpr (ROPE) {
-        ao_rope_newest<KDT, HD>(p, s, h, kh, ro, (float *)(smb + L.q), smb + L.k, smb + L.v, (float *)(smb + L.red),
+        ao_rope_newest<KDT, HD>(p, s, h, kh, rd, (float *)(smb + L.q), smb + L.k, smb + L.v, (float *)(smb + L.red),
                                 mlw);
     } else {
         kv.newest(s, smb + L.k, smb + L.v);

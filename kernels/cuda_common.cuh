@@ -608,6 +608,41 @@ struct rope_args {
 };
 cudaError_t launch_rope_store(const rope_args *a, uint32_t n, cudaStream_t st);
 
+/* Dim i of a head of q (isk false) or k at position pos, as rope_store_kernel and the attention +
+ * o kernel (which takes the rope where the q/k/v step could not) both compute it: its rotation
+ * (cos and sin, in double as op_rope, times the table's factor; identity past rot or without a
+ * table) and its head-norm weight (1 without a norm), all before the dependency wait. */
+struct rope_dim {
+    float cf, sf, wn;
+};
+__device__ __forceinline__ rope_dim rope_dim_of(const rope_args &a, bool isk, uint32_t i, int32_t pos) {
+    rope_dim d = {1.0f, 0.0f, 1.0f};
+    const double *freq = isk ? a.k_freq : a.q_freq;
+    const uint32_t rot = isk ? a.k_rot : a.q_rot;
+    if (freq && i < rot) {
+        double sn, cs;
+        sincos((double)pos * freq[i % (rot / 2)], &sn, &cs);
+        const float m = isk ? a.k_m : a.q_m;
+        d.cf = (float)cs * m;
+        d.sf = (float)sn * m;
+    }
+    const void *nw = isk ? a.k_norm : a.q_norm;
+    if (nw && i < a.head_dim) d.wn = load_elem(nw, isk ? a.k_norm_dt : a.q_norm_dt, i);
+    return d;
+}
+/* Dim i's value v after the head's RMSNorm (ss: the head's sum of squares; op_head_rmsnorm). */
+__device__ __forceinline__ float rope_dim_norm(const rope_args &a, bool isk, const rope_dim &d, float v, float ss) {
+    return d.wn * (v * (1.0f / sqrtf(ss / (float)a.head_dim + (isk ? a.k_eps : a.q_eps))));
+}
+/* Dim i's value v rotated (xs: the head's dims; i < rot/2 pairs with i + rot/2). */
+__device__ __forceinline__ float rope_dim_rotate(const rope_args &a, bool isk, const rope_dim &d, uint32_t i, float v,
+                                                 const float *xs) {
+    const uint32_t rot = isk ? a.k_rot : a.q_rot, half = rot / 2;
+    if (i < half) return v * d.cf - xs[i + half] * d.sf;
+    if (i < rot) return xs[i - half] * d.sf + v * d.cf;
+    return v;
+}
+
 /* Split-sequence attention for n rows, row i attending positions 0..*pos+i (attention.cu). */
 struct attn_args {
     const float *q;      /* n rows of ldq floats */

@@ -21,35 +21,23 @@ __global__ void rope_store_kernel(const rope_args a) {
     const uint32_t hd = a.head_dim, i = threadIdx.x, row = blockIdx.y;
     const bool isq = blockIdx.x < a.n_heads;
     const uint32_t h = isq ? blockIdx.x : blockIdx.x - a.n_heads;
-    const double *freq = isq ? a.q_freq : a.k_freq;
-    const uint32_t rot = isq ? a.q_rot : a.k_rot, half = rot / 2;
-    const void *nw = isq ? a.q_norm : a.k_norm;
     const int32_t pos = *a.pos + (int32_t)row;
-    float cf = 1.0f, sf = 0.0f, wn = 1.0f;
-    if (freq && i < rot) {
-        double sn, cs;
-        sincos((double)pos * freq[i % half], &sn, &cs);
-        const float m = isq ? a.q_m : a.k_m;
-        cf = (float)cs * m;
-        sf = (float)sn * m;
-    }
-    if (nw && i < hd) wn = load_elem(nw, isq ? a.q_norm_dt : a.k_norm_dt, i);
+    const rope_dim d = rope_dim_of(a, !isq, i, pos);
     pdl_wait();
     float *x = (isq ? a.q + (size_t)row * a.ldq : a.k + (size_t)row * a.ldk) + (size_t)h * hd;
     float v = i < hd ? x[i] : 0.0f;
-    if (nw) {
+    if (isq ? a.q_norm : a.k_norm) {
         float ss = warp_sum(v * v);
         if ((i & 31) == 0) red[i >> 5] = ss;
         __syncthreads();
         ss = 0.0f;
         for (uint32_t w = 0; w < (blockDim.x >> 5); w++) ss += red[w];
-        v = wn * (v * (1.0f / sqrtf(ss / (float)hd + (isq ? a.q_eps : a.k_eps))));
+        v = rope_dim_norm(a, !isq, d, v, ss);
     }
-    if (freq) {
+    if (isq ? a.q_freq : a.k_freq) {
         if (i < hd) xs[i] = v;
         __syncthreads();
-        if (i < half) v = v * cf - xs[i + half] * sf;
-        else if (i < rot) v = xs[i - half] * sf + v * cf;
+        v = rope_dim_rotate(a, !isq, d, i, v, xs);
     }
     if (i >= hd) return;
     x[i] = v;

@@ -28,19 +28,21 @@ family() {
     done
     cmp "$T/cpu.ids" "$T/cuda.ids"
 }
+# steps NAME LABEL KIND: the decode's per-step profile of the model family() packed last has a
+# step labelled LABEL and none of kind KIND
+steps() {
+    THIN_CUDA_PROFILE=1 "$BIN/thin-run" "$T/m.thin" --device cuda --ids "1 17 42 5" -n 4 -t 0 --ignore-eos \
+        >/dev/null 2>"$T/prof.txt"
+    grep -q "^$2 " "$T/prof.txt"
+    if grep -q "^$3 " "$T/prof.txt"; then echo "$1: a $3 step of its own"; exit 1; fi
+}
 family qwen2-tiny 0 logits.f32
 # its decode step takes the biases into the q/k/v step (bias, rope and KV store in the matvec's
 # epilogue): the per-step profile names no bias step of its own
-THIN_CUDA_PROFILE=1 "$BIN/thin-run" "$T/m.thin" --device cuda --ids "1 17 42 5" -n 4 -t 0 --ignore-eos \
-    >/dev/null 2>"$T/prof.txt"
-grep -q "^norm+q+k+v+bias+rope+kv " "$T/prof.txt"
-if grep -q "^bias " "$T/prof.txt"; then echo "qwen2-tiny: a bias step of its own"; exit 1; fi
+steps qwen2-tiny "norm+q+k+v+bias+rope+kv" bias
 family qwen3-tiny 0 logits.f32
 # its q and k norms run in the rope kernel, before it rotates: no head_rmsnorm step of its own
-THIN_CUDA_PROFILE=1 "$BIN/thin-run" "$T/m.thin" --device cuda --ids "1 17 42 5" -n 4 -t 0 --ignore-eos \
-    >/dev/null 2>"$T/prof.txt"
-grep -q "^attention+head_norms+rope+kv " "$T/prof.txt"
-if grep -q "^head_rmsnorm " "$T/prof.txt"; then echo "qwen3-tiny: a head_rmsnorm step of its own"; exit 1; fi
+steps qwen3-tiny "attention+head_norms+rope+kv" head_rmsnorm
 family phi3-tiny 0 logits.f32
 family phi3-longrope 16 logits.f32 64 logits-long.f32
 family phi4-tiny 16 logits.f32 64 logits-long.f32
