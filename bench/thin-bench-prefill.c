@@ -3,14 +3,17 @@
  * first run (which pays one-time costs: the kernels' first launches, and with THIN_CUDA_GEMM=lt
  * cuBLASLt's first calls) can be told from the runs after it.
  *
- *   thin-bench-prefill MODEL.thin [LEN [REPEAT]]      (make bench builds it with the CUDA backend)
+ *   thin-bench-prefill MODEL.thin [LEN[,LEN...] [REPEAT]]   (make bench builds it with the CUDA backend)
  *
- * The prompt is the ids 1..LEN (default 512). It prints a JSON line with the seconds the session
+ * The prompt is the ids 1..LEN (default 512); with several lengths each run prefills each of them
+ * in turn (a new length's first run pays what depends on the batch size, such as cuBLASLt's
+ * heuristic, but not what the process pays once). It prints a JSON line with the seconds the session
  * took to create (weights to the device, kernels set up, warm-up), then each of REPEAT runs
  * (default 4) does what thin-run's prefill does, all LEN ids as one batch from position 0 with the
  * last row's argmax (cuda_session_prefill; with THIN_BENCH_SPLIT=1 the earlier form: the first
- * LEN - 1 ids as one batch and the last as one decode step), and prints one JSON line: the run,
- * seconds, prompt tokens per second and the argmax id (the same in every run). The KV cache is
+ * LEN - 1 ids as one batch and the last as one decode step), and prints one JSON line per length:
+ * the run, the length, seconds, prompt tokens per second and the argmax id (the same in every
+ * run). The KV cache is
  * rewritten from position 0 each time. Environment variables of the backend (THIN_CUDA_*) apply.
  * The file is not verified.
  */
@@ -33,13 +36,26 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: thin-bench-prefill MODEL.thin [LEN [REPEAT]]\n");
+        fprintf(stderr, "usage: thin-bench-prefill MODEL.thin [LEN[,LEN...] [REPEAT]]\n");
         return 2;
     }
-    const long len = argc > 2 ? strtol(argv[2], NULL, 10) : 512;
+    long lens[16], n_lens = 0, len = 0; /* len: the longest */
+    const char *ls = argc > 2 ? argv[2] : "512";
+    for (;;) {
+        char *end;
+        const long l = strtol(ls, &end, 10);
+        if (end == ls || l < 2 || l > 65536 || n_lens == 16 || (*end && *end != ',')) {
+            fprintf(stderr, "thin-bench-prefill: LEN must be 2..65536, at most 16 of them, comma-separated\n");
+            return 2;
+        }
+        lens[n_lens++] = l;
+        if (l > len) len = l;
+        if (!*end) break;
+        ls = end + 1;
+    }
     const long repeat = argc > 3 ? strtol(argv[3], NULL, 10) : 4;
-    if (len < 2 || len > 65536 || repeat < 1 || repeat > 1000) {
-        fprintf(stderr, "thin-bench-prefill: LEN must be 2..65536 and REPEAT 1..1000\n");
+    if (repeat < 1 || repeat > 1000) {
+        fprintf(stderr, "thin-bench-prefill: REPEAT must be 1..1000\n");
         return 2;
     }
     if (!cuda_backend_available()) {
@@ -87,18 +103,21 @@ int main(int argc, char **argv) {
     }
     printf("{\"session_s\": %.6f}\n", now_s() - c0); /* weights to the device, kernels compiled, warm-up */
     for (long r = 0; r < repeat; r++) {
-        int32_t next = -1;
-        const double t0 = now_s();
-        if (split ? cuda_session_forward(s, ids, (uint32_t)len - 1, 0, NULL, NULL) ||
-                        cuda_session_forward(s, ids + len - 1, 1, (uint32_t)len - 1, NULL, &next)
-                  : cuda_session_prefill(s, ids, (uint32_t)len, 0, NULL, &next)) {
-            fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
-            goto out;
+        for (long j = 0; j < n_lens; j++) {
+            const long l = lens[j];
+            int32_t next = -1;
+            const double t0 = now_s();
+            if (split ? cuda_session_forward(s, ids, (uint32_t)l - 1, 0, NULL, NULL) ||
+                            cuda_session_forward(s, ids + l - 1, 1, (uint32_t)l - 1, NULL, &next)
+                      : cuda_session_prefill(s, ids, (uint32_t)l, 0, NULL, &next)) {
+                fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
+                goto out;
+            }
+            const double dt = now_s() - t0;
+            printf("{\"run\": %ld, \"len\": %ld, \"prefill_s\": %.6f, \"prefill_tok_s\": %.1f, \"next\": %d}\n",
+                   r, l, dt, (double)l / dt, (int)next);
+            fflush(stdout);
         }
-        const double dt = now_s() - t0;
-        printf("{\"run\": %ld, \"prefill_s\": %.6f, \"prefill_tok_s\": %.1f, \"next\": %d}\n", r, dt,
-               (double)len / dt, (int)next);
-        fflush(stdout);
     }
     rc = 0;
 out:

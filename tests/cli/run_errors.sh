@@ -36,6 +36,16 @@ cp "$T/s.thin" "$T/bad.thin"
 off=$(( $(wc -c < "$T/s.thin") / 2 ))
 printf '\377\377\377\377' | dd of="$T/bad.thin" bs=1 seek="$off" conv=notrunc 2>/dev/null
 expect 1 "$R" "$T/bad.thin" --ids 1 -n 1
+# (the checksums are checked beside the backend's load: one line, the checksum's, no output)
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "bad.thin: .*SHA-256 mismatch.*--no-verify" "$T/err" || { cat "$T/err"; exit 1; }
+[ ! -s "$T/out" ] || exit 1
+expect 1 "$R" "$T/bad.thin" --ids 1 -n 1 --json -q
+[ "$(wc -l < "$T/err")" -eq 1 ] && [ ! -s "$T/out" ] || exit 1
+# a usage error about the run (not the file) is told at once, whatever the checksums say
+expect 1 "$R" "$T/bad.thin" --ctx 100000 --ids 1
+grep -q "exceeds the model's limit" "$T/err" || exit 1
+"$R" "$T/bad.thin" --no-verify --ids 1 -n 1 -t 0 >/dev/null 2>&1
+[ $? -le 1 ] || exit 1
 # same seed, same sample
 "$R" "$T/s.thin" -t 1 --seed 5 -n 30 > "$T/a.txt" || exit 1
 "$R" "$T/s.thin" -t 1 --seed 5 -n 30 --threads 1 | cmp - "$T/a.txt" || exit 1

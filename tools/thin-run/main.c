@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +223,11 @@ typedef struct run {
     double load_s;
     char digest[65];
     int32_t chat_stop;      /* id of the token that ends an assistant turn (--chat), or -1 */
+    /* --verify: the chunk checksums, checked on threads of their own while the backend loads */
+    pthread_t verify_tid;
+    int verify_started;
+    thin_status verify_st;
+    atomic_int verify_done;
 } run;
 
 /* For the messages about a full context: where the default shrank to what the GPU holds, that;
@@ -240,27 +247,56 @@ static int verify_progress(void *user, uint64_t done, uint64_t total) {
     return 0;
 }
 
+static void *verify_main(void *arg) {
+    run *r = arg;
+    r->verify_st = thin_file_verify(r->f, r->threads, r->o->quiet ? NULL : verify_progress, NULL);
+    atomic_store(&r->verify_done, 1);
+    return NULL;
+}
+
+/* Starts the verification (--verify) beside the caller; without a thread it runs here. The file
+ * is read, never changed, by both sides, and nothing runs on its weights before verify_join. */
+static void verify_start(run *r) {
+    if (!r->o->verify) return;
+    if (pthread_create(&r->verify_tid, NULL, verify_main, r) == 0) r->verify_started = 1;
+    else verify_main(r);
+}
+
+/* Waits for the verification; 0 when it passed (or is off), else prints why and returns the exit
+ * code. */
+static int verify_join(run *r) {
+    if (!r->o->verify) return 0;
+    if (r->verify_started) pthread_join(r->verify_tid, NULL);
+    r->verify_started = 0;
+    cli_progress_end();
+    if (r->verify_st == THIN_OK) return 0;
+    cli_error("%s (use --no-verify to run it anyway)", thin_file_error(r->f));
+    return CLI_EXIT_DATA;
+}
+
+/* A file that opened but does not make a model: with --verify, a failing checksum is the likelier
+ * cause, so the checksums are checked first and named instead. */
+static int bad_model(run *r, const char *what, const char *msg) {
+    if (r->o->verify) {
+        verify_start(r);
+        if (verify_join(r)) return CLI_EXIT_DATA;
+    }
+    cli_error("%s: %s%s", r->o->model, what, msg);
+    return CLI_EXIT_DATA;
+}
+
+/* Opens the file and builds the plan; the checksums are left to verify_start. */
 static int open_model(run *r) {
     const options *o = r->o;
     thin_status st;
     if (!(r->f = thin_file_new())) return cli_error("out of memory"), CLI_EXIT_DATA;
     st = strcmp(o->model, "-") == 0 ? thin_file_open_fd(r->f, STDIN_FILENO, "stdin", 0)
                                     : thin_file_open(r->f, o->model, 0);
-    if (st == THIN_OK && o->verify) {
-        st = thin_file_verify(r->f, r->threads, o->quiet ? NULL : verify_progress, NULL);
-        cli_progress_end();
-        if (st != THIN_OK) {
-            cli_error("%s (use --no-verify to run it anyway)", thin_file_error(r->f));
-            return CLI_EXIT_DATA;
-        }
-    }
     if (st != THIN_OK) return cli_error("%s", thin_file_error(r->f)), CLI_EXIT_DATA;
     thin_hex32(thin_file_digest(r->f), r->digest);
     char err[512];
-    if (plan_build(&r->p, r->f, o->kv_dtype, err, sizeof err) != THIN_OK)
-        return cli_error("%s: %s", o->model, err), CLI_EXIT_DATA;
-    if (plan_check_split(&r->p, (uint32_t)o->shards, err, sizeof err) != THIN_OK)
-        return cli_error("%s: %s", o->model, err), CLI_EXIT_DATA;
+    if (plan_build(&r->p, r->f, o->kv_dtype, err, sizeof err) != THIN_OK) return bad_model(r, "", err);
+    if (plan_check_split(&r->p, (uint32_t)o->shards, err, sizeof err) != THIN_OK) return bad_model(r, "", err);
     r->p.shards = (uint32_t)o->shards;
     return 0;
 }
@@ -290,10 +326,12 @@ static int load_tokenizer(run *r) {
         cli_warn("%s: the tokenizer section names no usable blob", r->o->model);
     }
     json_decref(t);
-    if (rc) return cli_error("%s: tokenizer: %s", r->o->model, err), CLI_EXIT_DATA;
-    if (r->tk && tok_vocab_size(r->tk) > r->p.hp.vocab_size)
-        return cli_error("%s: the tokenizer has %u tokens, the model %u", r->o->model,
-                         tok_vocab_size(r->tk), r->p.hp.vocab_size), CLI_EXIT_DATA;
+    if (rc) return bad_model(r, "tokenizer: ", err);
+    if (r->tk && tok_vocab_size(r->tk) > r->p.hp.vocab_size) {
+        snprintf(err, sizeof err, "the tokenizer has %u tokens, the model %u", tok_vocab_size(r->tk),
+                 r->p.hp.vocab_size);
+        return bad_model(r, "", err);
+    }
     return 0;
 }
 
@@ -301,7 +339,8 @@ static int load_tokenizer(run *r) {
 static int gpu_present(void) { return cuda_backend_available(); }
 #endif
 
-static int start_backend(run *r) {
+/* Picks the backend (--device) and checks --ctx; these errors go out at once. */
+static int pick_backend(run *r) {
     const options *o = r->o;
     r->be = &backend_cpu;
 #ifdef THIN_RUN_CUDA
@@ -317,6 +356,12 @@ static int start_backend(run *r) {
     if (o->ctx > r->p.hp.max_pos)
         return cli_error("--ctx %lld exceeds the model's limit of %u positions", o->ctx,
                          r->p.hp.max_pos), CLI_EXIT_DATA;
+    return 0;
+}
+
+/* Starts the backend pick_backend chose; on failure the message goes into msg (load prints it). */
+static int start_backend(run *r, char *msg, size_t len) {
+    const options *o = r->o;
     r->ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
     plan_set_ctx(&r->p, r->ctx);
     /* An explicit --ctx is taken as given; the default may shrink to what the device holds (the
@@ -324,7 +369,7 @@ static int start_backend(run *r) {
     const uint32_t want = r->ctx, least = o->ctx ? r->ctx : r->ctx < CTX_LEAST ? r->ctx : CTX_LEAST;
     char err[512];
     if (r->be->create(&r->sess, &r->p, &r->ctx, least, r->threads, err, sizeof err))
-        return cli_error("%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
+        return snprintf(msg, len, "%s: %s backend: %s", o->model, r->be->name, err), CLI_EXIT_DATA;
     r->ctx_fit = r->ctx < want;
     if (r->ctx_fit)
         cli_warn("%s: context of %u positions, as many as fit in the GPU's memory (the default of %u "
@@ -332,13 +377,22 @@ static int start_backend(run *r) {
     return 0;
 }
 
+/* Opens the model and starts the backend. The checksums (--verify) are checked beside the
+ * backend's load, which reads the weights into its own memory (the GPU's, or packed copies), and
+ * the session is used only once they have passed. */
 static int load(run *r) {
     double t0 = cli_now();
     int rc = open_model(r);
     if (!rc) rc = load_tokenizer(r);
-    if (!rc) rc = start_backend(r);
+    if (!rc) rc = pick_backend(r);
+    if (rc) return r->load_s = cli_now() - t0, rc;
+    char msg[768];
+    verify_start(r);
+    rc = start_backend(r, msg, sizeof msg);
+    const int vrc = verify_join(r); /* first: a bad checksum explains a failed load */
+    if (rc && !vrc) cli_error("%s", msg);
     r->load_s = cli_now() - t0;
-    return rc;
+    return vrc ? vrc : rc;
 }
 
 static void unload(run *r) {
