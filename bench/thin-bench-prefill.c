@@ -14,7 +14,9 @@
  * LEN - 1 ids as one batch and the last as one decode step), and prints one JSON line per length:
  * the run, the length, seconds, prompt tokens per second and the argmax id (the same in every
  * run). The KV cache is
- * rewritten from position 0 each time. Environment variables of the backend (THIN_CUDA_*) apply.
+ * rewritten from position 0 each time. With THIN_BENCH_PREPARE=1 the session first runs
+ * cuda_session_prepare for the first length (what thin-run does while it verifies the checksums)
+ * and prints its seconds. Environment variables of the backend (THIN_CUDA_*) apply.
  * The file is not verified.
  */
 #include <stdint.h>
@@ -102,6 +104,15 @@ int main(int argc, char **argv) {
         goto out;
     }
     printf("{\"session_s\": %.6f}\n", now_s() - c0); /* weights to the device, kernels compiled, warm-up */
+    const char *pe = getenv("THIN_BENCH_PREPARE");
+    if (pe && strcmp(pe, "1") == 0) {
+        const double p0 = now_s();
+        if (cuda_session_prepare(s, (uint32_t)lens[0])) {
+            fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
+            goto out;
+        }
+        printf("{\"prepare_s\": %.6f}\n", now_s() - p0);
+    }
     for (long r = 0; r < repeat; r++) {
         for (long j = 0; j < n_lens; j++) {
             const long l = lens[j];

@@ -602,6 +602,37 @@ extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint
     return 0;
 }
 
+/* A prompt's one-time costs ahead of it: the kernels a prefill of n rows runs are loaded on their
+ * first launch, and cuBLASLt picks an algorithm for each new shape and batch size (about 10 ms
+ * for SmolLM3-3B's linears at 512 rows on the H200, and about 24 ms in all for a process's first
+ * 512-row prefill, bench/thin-bench-prefill). So the chunks such a prompt runs (max_batch rows,
+ * and the rest) run here once on token 0 from position 0, where the prompt's own chunks will
+ * write the same KV rows; those rows are cleared afterwards, so the session is left as created. */
+extern "C" int cuda_session_prepare(cuda_session *s, uint32_t n) {
+    if (!s) return -1;
+    if (n > s->max_ctx) n = s->max_ctx;
+    if (n < 2 || s->max_batch < 2) return 0; /* one row is a decode step, warmed at creation */
+    const uint32_t full = n > s->max_batch ? s->max_batch : n, rest = n > s->max_batch ? n % s->max_batch : 0;
+    int32_t *zeros = (int32_t *)calloc(full, sizeof(int32_t));
+    if (!zeros) return cuda_failf(s, "out of memory");
+    int32_t am = -1;
+    int rc = forward_chunk(s, zeros, full, 0, NULL, &am, 1);
+    if (rc == 0 && rest >= 2) rc = forward_chunk(s, zeros, rest, 0, NULL, &am, 1);
+    free(zeros);
+    if (rc) return -1;
+    const plan *p = s->p;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        if (p->ops[i].kind != PLAN_ATTENTION) continue;
+        size_t bytes = (size_t)full * p->ops[i].n_kv_heads * p->ops[i].head_dim * thin_dtype_size(p->kv_dtype);
+        CK(s, cudaMemsetAsync(s->op_kc[i], 0, bytes, s->st));
+        CK(s, cudaMemsetAsync(s->op_vc[i], 0, bytes, s->st));
+    }
+    CK(s, cudaStreamSynchronize(s->st));
+    s->cur_pos = 0;
+    s->last_row = 0;
+    return 0;
+}
+
 extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next) {
     if (!s || !next || check_run(s, &token, 1, pos)) return -1;
     if (s->prof || s->trace_at || !thin_cuda_ahead) /* the profile and the trace time one step at a time */
@@ -900,8 +931,9 @@ static int ops_greedy(void *sess, int32_t token, uint32_t pos, int ahead, int32_
 static int ops_sample(void *sess, float temperature, uint32_t top_k, float top_p, float coin, int32_t *token) {
     return cuda_session_sample((cuda_session *)sess, temperature, top_k, top_p, coin, token);
 }
+static int ops_prepare(void *sess, uint32_t n) { return cuda_session_prepare((cuda_session *)sess, n); }
 static void ops_free(void *sess) { cuda_session_free((cuda_session *)sess); }
 static const char *ops_error(void *sess) { return cuda_session_error((const cuda_session *)sess); }
 
 extern "C" const backend_ops backend_cuda = {"cuda", ops_create, ops_forward, ops_free, ops_error, 1, ops_prefill,
-                                              ops_sample, ops_greedy};
+                                              ops_sample, ops_greedy, ops_prepare};

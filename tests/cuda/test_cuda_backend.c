@@ -388,6 +388,23 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
         }
         snprintf(what, sizeof what, "%s prompt of %u through prefill: argmax = argmax of its logits", label, np);
         check(pa == (int32_t)op_argmax(got, V) && da == (int32_t)op_argmax(got + V, V), what, pa, (int32_t)op_argmax(got, V));
+        if (!k) continue;
+        /* cuda_session_prepare for this prompt (what thin-run runs during its checksums) leaves
+         * the session as it was: the same prompt then gives the same bits */
+        float *again = (float *)malloc((size_t)2 * V * sizeof(float));
+        int32_t pb = -1, db = -1;
+        if (!again || cuda_session_prepare(gpu2, np) || cuda_session_prefill(gpu2, toks, np, 0, again, &pb) ||
+            cuda_session_forward(gpu2, toks + np, 1, np, again + V, &db)) {
+            printf("FAIL  %s: prompt of %u after prepare: %s\n", label, np, cuda_session_error(gpu2));
+            failures++;
+        } else {
+            size_t diff = 0;
+            for (size_t j = 0; j < (size_t)2 * V; j++) diff += memcmp(&again[j], &got[j], sizeof(float)) != 0;
+            snprintf(what, sizeof what, "%s prompt of %u after cuda_session_prepare: logits differing from "
+                     "without it (last row and next step)", label, np);
+            check(diff == 0 && pb == pa && db == da, what, (double)diff, 0);
+        }
+        free(again);
     }
 done:
     free(ref);

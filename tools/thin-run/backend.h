@@ -48,6 +48,10 @@
  *          token into the next while the host handles the id; the call for (that id, pos + 1)
  *          then only waits for it. Any other forward, prefill or greedy call discards it (it has
  *          run, in stream order, before them). No logits row is left for cuda_session_sample.
+ *   int  cuda_session_prepare(cuda_session *s, uint32_t n);
+ *          runs the chunks that a prompt of n ids will run once, on token 0 from position 0, so
+ *          that their one-time costs (kernels loaded at their first launch, cuBLASLt's algorithm
+ *          for each shape and batch size) are paid before it; the KV rows it wrote are cleared.
  *   void cuda_session_free(cuda_session *s);   NULL allowed
  */
 #ifndef THIN_BACKEND_H
@@ -97,6 +101,10 @@ typedef struct backend_ops {
      * not wait for the host between tokens; a call for that step then only waits for it, and any
      * other call simply runs after it. NULL: forward with argmax instead. */
     int (*greedy)(void *sess, int32_t token, uint32_t pos, int ahead, int32_t *next);
+    /* Pays now what the first prompt of n ids would pay once (kernels loaded at their first
+     * launch, algorithms chosen per batch size), leaving the session as created; NULL where there
+     * is no such cost. */
+    int (*prepare)(void *sess, uint32_t n);
 } backend_ops;
 
 /* The CPU backend (exec_cpu.c). */
@@ -125,6 +133,7 @@ int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint32_t n, uin
 int cuda_session_sample(cuda_session *s, float temperature, uint32_t top_k, float top_p,
                         float coin, int32_t *token);
 int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next);
+int cuda_session_prepare(cuda_session *s, uint32_t n);
 void cuda_session_free(cuda_session *s);
 /* cuda_session_sample's kernels on a row of n logits given on the host (for tests); 0, or -1 with
  * err filled. */

@@ -326,4 +326,5 @@ static const char *be_error(void *sess) {
 }
 
 /* no prefill form: a batch's rows are already those of one token at a time, bit for bit */
-const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error, 2 * CPU_BATCH, NULL, NULL, NULL};
+const backend_ops backend_cpu = {"cpu", be_create, be_forward, be_free, be_error, 2 * CPU_BATCH, NULL, NULL, NULL,
+                                  NULL};

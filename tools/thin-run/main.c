@@ -8,7 +8,9 @@
  * ever added, never renamed: model, digest, device, threads, kv_dtype, weight_bytes, load_s,
  * prompt_tokens, prefill_s, prefill_tok_s, generated_tokens, decode_s, decode_tok_s, ttft_s,
  * stop ("eos", "bos", "stop_string", "max_tokens", "context"), ids (generated), text, shards, ctx
- * (the positions the session holds: --ctx, its default, or as many as fit on the GPU).
+ * (the positions the session holds: --ctx, its default, or as many as fit on the GPU), prepared
+ * (the backend ran the prompt's one-time work, its kernels' first loads and its batch size's GEMM
+ * algorithms, during the load while the checksums were checked, so prefill_s leaves it out).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -228,6 +230,9 @@ typedef struct run {
     int verify_started;
     thin_status verify_st;
     atomic_int verify_done;
+    int32_t *prompt;        /* the prompt's ids (generation), known before the backend starts */
+    size_t n_prompt;
+    int prepared;           /* the backend paid the prompt's one-time costs during the load */
 } run;
 
 /* For the messages about a full context: where the default shrank to what the GPU holds, that;
@@ -377,6 +382,8 @@ static int start_backend(run *r, char *msg, size_t len) {
     return 0;
 }
 
+static int prompt_ids(run *r, int32_t **ids, size_t *n);
+
 /* Opens the model and starts the backend. The checksums (--verify) are checked beside the
  * backend's load, which reads the weights into its own memory (the GPU's, or packed copies), and
  * the session is used only once they have passed. */
@@ -385,10 +392,20 @@ static int load(run *r) {
     int rc = open_model(r);
     if (!rc) rc = load_tokenizer(r);
     if (!rc) rc = pick_backend(r);
+    if (!rc && !r->o->score) rc = prompt_ids(r, &r->prompt, &r->n_prompt);
     if (rc) return r->load_s = cli_now() - t0, rc;
     char msg[768];
     verify_start(r);
     rc = start_backend(r, msg, sizeof msg);
+    /* While the checksums are still being checked, the backend can pay the prompt's one-time
+     * costs (its kernels' first loads, its batch size's GEMM algorithms) for nothing. */
+    if (!rc && r->verify_started && !atomic_load(&r->verify_done) && r->be->prepare &&
+        r->n_prompt >= 2 && r->n_prompt <= r->ctx) {
+        if (r->be->prepare(r->sess, (uint32_t)r->n_prompt))
+            rc = CLI_EXIT_DATA, snprintf(msg, sizeof msg, "%s: %s backend: %s", r->o->model, r->be->name,
+                                         r->be->error(r->sess));
+        else r->prepared = 1;
+    }
     const int vrc = verify_join(r); /* first: a bad checksum explains a failed load */
     if (rc && !vrc) cli_error("%s", msg);
     r->load_s = cli_now() - t0;
@@ -397,6 +414,7 @@ static int load(run *r) {
 
 static void unload(run *r) {
     if (r->sess) r->be->free(r->sess);
+    free(r->prompt);
     tok_free(r->tk);
     plan_free(&r->p);
     thin_file_free(r->f);
@@ -602,7 +620,7 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
     json_t *ids = json_array();
     for (size_t i = 0; ids && i < g->n_ids; i++) json_array_append_new(ids, json_integer(g->ids[i]));
     json_t *j = json_pack(
-        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI sI}", "model", r->o->model, "digest",
+        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI sI sb}", "model", r->o->model, "digest",
         r->digest, "device", r->be->name, "threads", (json_int_t)r->threads, "kv_dtype",
         thin_dtype_name(r->p.kv_dtype), "weight_bytes", (json_int_t)r->p.weight_bytes, "load_s",
         r->load_s, "prompt_tokens", (json_int_t)g->n_prompt, "prefill_s", g->prefill_s,
@@ -610,7 +628,7 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
         "generated_tokens", (json_int_t)g->n_ids, "decode_s", g->decode_s, "decode_tok_s",
         g->decode_s > 0 ? (double)g->n_forward / g->decode_s : 0.0, "ttft_s", g->ttft_s, "stop",
         g->stop ? g->stop : "none", "ids", ids, "text", t->buf ? t->buf : "", "shards", (json_int_t)r->p.shards,
-        "ctx", (json_int_t)r->ctx);
+        "ctx", (json_int_t)r->ctx, "prepared", r->prepared);
     char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     if (s) printf("%s\n", s);
     free(s);
@@ -665,13 +683,12 @@ static int generate_text(run *r, gen *g, const int32_t *prompt) {
 static int generate(run *r) {
     const options *o = r->o;
     gen g = {0};
-    int32_t *prompt = NULL;
-    int rc = prompt_ids(r, &prompt, &g.n_prompt);
-    if (rc) return rc;
+    const int32_t *prompt = r->prompt;
+    g.n_prompt = r->n_prompt;
+    int rc = 0;
     if (g.n_prompt > r->ctx) {
         cli_error("the prompt has %zu tokens, more than the context of %u positions%s", g.n_prompt,
                   r->ctx, ctx_hint(r));
-        free(prompt);
         return CLI_EXIT_DATA;
     }
     /* the host needs a row of logits per token only to dump them, or to sample where the backend
@@ -687,7 +704,6 @@ static int generate(run *r) {
         rc = CLI_EXIT_DATA, cli_error("%s: write failed", o->dump_logits);
     free(g.ids);
     free(g.logits);
-    free(prompt);
     return rc;
 }
 
