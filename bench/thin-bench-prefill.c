@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
     const char *pe = getenv("THIN_BENCH_PREPARE");
     if (pe && strcmp(pe, "1") == 0) {
         const double p0 = now_s();
-        if (cuda_session_prepare(s, (uint32_t)lens[0])) {
+        setenv("THIN_CUDA_PREPARE", "1", 1); /* the backend's opt-in */
+        if (cuda_session_prepare(s, (uint32_t)lens[0]) < 0) {
             fprintf(stderr, "thin-bench-prefill: %s: %s\n", argv[1], cuda_session_error(s));
             goto out;
         }

@@ -607,9 +607,12 @@ extern "C" int cuda_session_prefill(cuda_session *s, const int32_t *tokens, uint
  * for SmolLM3-3B's linears at 512 rows on the H200, and about 24 ms in all for a process's first
  * 512-row prefill, bench/thin-bench-prefill). So the chunks such a prompt runs (max_batch rows,
  * and the rest) run here once on token 0 from position 0, where the prompt's own chunks will
- * write the same KV rows; those rows are cleared afterwards, so the session is left as created. */
+ * write the same KV rows; those rows are cleared afterwards, so the session is left as created.
+ * Opt-in (env THIN_CUDA_PREPARE=1) until it has been timed on the GPU machine. */
 extern "C" int cuda_session_prepare(cuda_session *s, uint32_t n) {
     if (!s) return -1;
+    const char *on = getenv("THIN_CUDA_PREPARE"); /* opt-in until timed on the GPU machine */
+    if (!on || strcmp(on, "1") != 0) return 0;
     if (n > s->max_ctx) n = s->max_ctx;
     if (n < 2 || s->max_batch < 2) return 0; /* one row is a decode step, warmed at creation */
     const uint32_t full = n > s->max_batch ? s->max_batch : n, rest = n > s->max_batch ? n % s->max_batch : 0;
@@ -630,7 +633,7 @@ extern "C" int cuda_session_prepare(cuda_session *s, uint32_t n) {
     CK(s, cudaStreamSynchronize(s->st));
     s->cur_pos = 0;
     s->last_row = 0;
-    return 0;
+    return 1;
 }
 
 extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos, int ahead, int32_t *next) {

@@ -12,10 +12,12 @@
  * leading dimension pitch, taken transposed; the transposed store is the rows × K matrix, taken
  * as is; x (BF16, n rows of K) is K × n, and out (n rows of ldo floats) is rows × n.
  * Algorithms come from cuBLASLt's heuristic with a 32 MiB workspace, once per shape, layout and
- * batch-size class (n rounded up to a power of two, at least 16): its answer for the class's top
- * size is checked for each n (cublasLtMatmulAlgoCheck) and taken where it fits, so a prompt of a
- * new length does not ask the heuristic again (about 10 ms for SmolLM3-3B's linears on the H200);
- * where it does not fit, the heuristic answers for that n itself. Both kinds of answer are cached. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
+ * batch size n (a small cache). With env THIN_CUDA_LT_CLASS=1 (opt-in until timed on the GPU
+ * machine) once per batch-size class instead (n rounded up to a power of two, at least 16): the
+ * answer for the class's top size is checked for each n (cublasLtMatmulAlgoCheck) and taken where
+ * it fits, so a prompt of a new length does not ask the heuristic again (a new length cost about
+ * 10 ms more than a repeated one for SmolLM3-3B's linears on the H200); where it does not fit, the
+ * heuristic answers for that n itself. Both kinds of answer are cached. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
  * scratch) return cudaErrorNotSupported, and the caller runs gemm.cu's kernel instead.
  * Measured on the H200 with SmolLM3-3B BF16 (bench/thin-bench-prefill, prefills after the first
  * in a session): 512 tokens in 21.1 ms against 52.3 through gemm.cu's kernel, 2048 in 126 against
@@ -29,6 +31,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.cuh"
 
@@ -106,6 +109,7 @@ struct gemm_lt {
     lt_algo cache[LT_CACHE];        /* per batch size */
     lt_algo cls[LT_CACHE];          /* the heuristic's answers per batch-size class */
     int next, cls_next;
+    int classes;                    /* THIN_CUDA_LT_CLASS=1: answers per batch-size class */
     cublasStatus_t last;            /* the last cuBLASLt failure */
 };
 
@@ -172,6 +176,8 @@ cudaError_t gemm_lt_start(gemm_lt **out, const char **why) {
         return cudaErrorMemoryAllocation;
     }
     g->api = api;
+    const char *cls = getenv("THIN_CUDA_LT_CLASS");
+    g->classes = cls && strcmp(cls, "1") == 0;
     cudaError_t e = lt_err(g, api->Create(&g->h));
     if (e != cudaSuccess) {
         *why = api->GetStatusString(g->last);
@@ -288,8 +294,9 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
      * 16-byte aligned */
     const uint32_t al[3] = {lt_align_log2(A), lt_align_log2(B), lt_align_log2(D)};
     const uint32_t akey = al[0] | al[1] << 4 | al[2] << 8;
-    uint32_t nc = 16; /* n's class */
-    while (nc < n && nc < (1u << 30)) nc *= 2;
+    uint32_t nc = n; /* n's class */
+    if (g->classes)
+        for (nc = 16; nc < n && nc < (1u << 30);) nc *= 2;
     const lt_algo *hit = lt_find(g->cache, m, n, k, trans, akey, lda, ldb, ldd);
     if (e == cudaSuccess && !hit) {
         const lt_algo *c = lt_find(g->cls, m, nc, k, trans, akey, lda, ldb, ldd);

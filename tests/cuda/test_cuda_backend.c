@@ -393,7 +393,7 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
          * the session as it was: the same prompt then gives the same bits */
         float *again = (float *)malloc((size_t)2 * V * sizeof(float));
         int32_t pb = -1, db = -1;
-        if (!again || cuda_session_prepare(gpu2, np) || cuda_session_prefill(gpu2, toks, np, 0, again, &pb) ||
+        if (!again || cuda_session_prepare(gpu2, np) != 1 || cuda_session_prefill(gpu2, toks, np, 0, again, &pb) ||
             cuda_session_forward(gpu2, toks + np, 1, np, again + V, &db)) {
             printf("FAIL  %s: prompt of %u after prepare: %s\n", label, np, cuda_session_error(gpu2));
             failures++;
@@ -625,6 +625,7 @@ int main(void) {
     char dev[128], tag[64];
     if (cuda_device_describe(dev, sizeof dev) == 0) printf("device: %s\n", dev);
     /* the device draw and the greedy steps queued ahead, whatever the defaults */
+    setenv("THIN_CUDA_PREPARE", "1", 1); /* opt-in in thin-run */
     setenv("THIN_CUDA_SAMPLE", "device", 0);
     setenv("THIN_CUDA_AHEAD", "1", 0);
     run_all("");
@@ -669,9 +670,11 @@ int main(void) {
      * projection taken as stored */
     setenv("THIN_CUDA_MV_WARPS", "8", 1);
     setenv("THIN_CUDA_GEMM", "lt", 1);
-    run_all("q/k/v and o in 8-warp blocks, cuBLASLt: ");
+    setenv("THIN_CUDA_LT_CLASS", "1", 1); /* a prompt of 40 rows takes the answer for 64 */
+    run_all("q/k/v and o in 8-warp blocks, cuBLASLt by batch-size class: ");
     unsetenv("THIN_CUDA_MV_WARPS");
     unsetenv("THIN_CUDA_GEMM");
+    unsetenv("THIN_CUDA_LT_CLASS");
     /* The attention + o kernel: by default (the cases above) it takes the decode below 256, so
      * positions 0..63 (up to 8 a block), and the decode at position 520 runs the cluster attention
      * kernel and the o matvec. Here: off (those two at every position); below 32, where the

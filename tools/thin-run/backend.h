@@ -52,6 +52,8 @@
  *          runs the chunks that a prompt of n ids will run once, on token 0 from position 0, so
  *          that their one-time costs (kernels loaded at their first launch, cuBLASLt's algorithm
  *          for each shape and batch size) are paid before it; the KV rows it wrote are cleared.
+ *          Returns 1 when it ran, 0 when there was nothing to run (one row, or not switched on:
+ *          env THIN_CUDA_PREPARE=1, opt-in until timed on the GPU machine).
  *   void cuda_session_free(cuda_session *s);   NULL allowed
  */
 #ifndef THIN_BACKEND_H
@@ -102,8 +104,8 @@ typedef struct backend_ops {
      * other call simply runs after it. NULL: forward with argmax instead. */
     int (*greedy)(void *sess, int32_t token, uint32_t pos, int ahead, int32_t *next);
     /* Pays now what the first prompt of n ids would pay once (kernels loaded at their first
-     * launch, algorithms chosen per batch size), leaving the session as created; NULL where there
-     * is no such cost. */
+     * launch, algorithms chosen per batch size), leaving the session as created: 1 when it ran, 0
+     * when there was nothing to pay, -1 on failure; NULL where there is no such cost. */
     int (*prepare)(void *sess, uint32_t n);
 } backend_ops;
 

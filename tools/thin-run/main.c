@@ -401,10 +401,11 @@ static int load(run *r) {
      * costs (its kernels' first loads, its batch size's GEMM algorithms) for nothing. */
     if (!rc && r->verify_started && !atomic_load(&r->verify_done) && r->be->prepare &&
         r->n_prompt >= 2 && r->n_prompt <= r->ctx) {
-        if (r->be->prepare(r->sess, (uint32_t)r->n_prompt))
+        const int pr = r->be->prepare(r->sess, (uint32_t)r->n_prompt);
+        if (pr < 0)
             rc = CLI_EXIT_DATA, snprintf(msg, sizeof msg, "%s: %s backend: %s", r->o->model, r->be->name,
                                          r->be->error(r->sess));
-        else r->prepared = 1;
+        r->prepared = pr > 0;
     }
     const int vrc = verify_join(r); /* first: a bad checksum explains a failed load */
     if (rc && !vrc) cli_error("%s", msg);
