@@ -385,8 +385,8 @@ static int start_backend(run *r, char *msg, size_t len) {
 static int prompt_ids(run *r, int32_t **ids, size_t *n);
 
 /* Opens the model and starts the backend. The checksums (--verify) are checked beside the
- * backend's load, which reads the weights into its own memory (the GPU's, or packed copies), and
- * the session is used only once they have passed. */
+ * backend's load, which only reads the weights (copying them to the GPU; the CPU backend uses
+ * them in place), and the session runs nothing for the caller before they have passed. */
 static int load(run *r) {
     double t0 = cli_now();
     int rc = open_model(r);
