@@ -9,13 +9,15 @@
 # --profile quality, s3f: --profile fp8-all), then for each model in MODELS and each variant in
 # VARIANTS (';'-separated lists of VAR=value words, '-' for the defaults; RUN=path runs that
 # thin-run binary instead of BIN's) runs a prompt of LEN ids (1..LEN) and 8 greedy tokens in a
-# process of its own, REPEAT times, and prints each run's prefill tokens/s and time to first token
-# (so each figure is a process's first prefill) and whether its ids equal the first variant's.
+# process of its own, REPEAT times, and prints each run's prefill tokens/s, time to first token
+# (so each figure is a process's first prefill), load seconds, the two together (from start to the
+# first token), whether the load prepared the prompt (--json prepared) and whether its ids equal
+# the first variant's. The load skips the checksums (--no-verify) unless VERIFY=1.
 # With NCU=1 (and ncu on the PATH) each model and variant is also run once under
 # `ncu --metrics gpu__time_duration.sum` and its kernels' times are summed by name (the warm-up's
 # decode kernels included).
 # Environment: BIN, B, WORK as bench/decode-variants.sh; MODELS (default "s3 s3q"); VARIANTS;
-# REPEAT (2); LEN (512); NCU (0).
+# REPEAT (2); LEN (512); NCU (0); VERIFY (0).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${1:-${OUT:-prefill-variants-out}}
@@ -26,6 +28,9 @@ VARIANTS=${VARIANTS:--}
 REPEAT=${REPEAT:-2}
 LEN=${LEN:-512}
 NCU=${NCU:-0}
+VERIFY=${VERIFY:-0}
+VFLAG=--no-verify
+[ "$VERIFY" = 1 ] && VFLAG=--verify
 mkdir -p "$OUTDIR" "$WORK"
 . bench/variants-lib.sh
 [ -d .carry/lib ] && export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -42,12 +47,13 @@ done
 seq 1 "$LEN" | tr '\n' ' ' >"$OUTDIR/ids.txt"
 
 TABLE=$OUTDIR/variants.txt
-printf '%-5s %-36s %4s %13s %9s  %s\n' model variant run "prefill tok/s" "TTFT ms" "ids as the first variant" | tee "$TABLE"
+printf '%-5s %-36s %4s %13s %9s %7s %12s %8s  %s\n' model variant run "prefill tok/s" "TTFT ms" "load s" \
+    "load+TTFT s" prepared "ids as the first variant" | tee "$TABLE"
 prefill_variant() {
     r=0
     while [ $r -lt "$REPEAT" ]; do
         out=$OUTDIR/$m-$vi-$r.json
-        env $envw "$run" "$WORK/$m.thin" --no-verify --device cuda --ids-file "$OUTDIR/ids.txt" -n 8 -t 0 \
+        env $envw "$run" "$WORK/$m.thin" $VFLAG --device cuda --ids-file "$OUTDIR/ids.txt" -n 8 -t 0 \
             --ignore-eos --json >"$out" 2>"$OUTDIR/$m-$vi-$r.err"
         same=-
         if [ -n "$first" ]; then
@@ -60,9 +66,11 @@ import json, sys
 f, m, v, r, same = sys.argv[1:]
 try:
     d = json.load(open(f))
-    print(f"{m:5} {v:36} {r:>4} {d['prefill_tok_s']:13.1f} {1e3 * d['ttft_s']:9.1f}  {same}")
+    prep = {True: "yes", False: "no"}.get(d.get("prepared"), "-")  # absent before the field existed
+    print(f"{m:5} {v:36} {r:>4} {d['prefill_tok_s']:13.1f} {1e3 * d['ttft_s']:9.1f} {d['load_s']:7.3f} "
+          f"{d['load_s'] + d['ttft_s']:12.3f} {prep:>8}  {same}")
 except (OSError, ValueError, KeyError):
-    print(f"{m:5} {v:36} {r:>4} {'failed':>13} {'':9}  (see {f[:-5]}.err)")
+    print(f"{m:5} {v:36} {r:>4} {'failed':>13} {'':9} {'':7} {'':12} {'':8}  (see {f[:-5]}.err)")
 PY
         r=$((r + 1))
     done
