@@ -41,6 +41,15 @@ expect 1 "$R" "$T/bad.thin" --ids 1 -n 1
 [ ! -s "$T/out" ] || exit 1
 expect 1 "$R" "$T/bad.thin" --ids 1 -n 1 --json -q
 [ "$(wc -l < "$T/err")" -eq 1 ] && [ ! -s "$T/out" ] || exit 1
+# a tokenizer that does not fit the model is told; with a failing checksum too, the checksum alone
+"$BIN/thin-pack" -q "$S/model.safetensors" --tokenizer "$FIX/tokenizer-vectors/ggml-vocab-llama-bpe.gguf" \
+    -o "$T/tk.thin" || exit 1
+expect 1 "$R" "$T/tk.thin" -p "Once" -n 1
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "tk.thin: the tokenizer has 128256 tokens, the model 512" "$T/err" || exit 1
+cp "$T/tk.thin" "$T/tkbad.thin"
+printf '\377\377\377\377' | dd of="$T/tkbad.thin" bs=1 seek="$off" conv=notrunc 2>/dev/null
+expect 1 "$R" "$T/tkbad.thin" -p "Once" -n 1
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "SHA-256 mismatch" "$T/err" || { cat "$T/err"; exit 1; }
 # a usage error about the run (not the file) is told at once, whatever the checksums say
 expect 1 "$R" "$T/bad.thin" --ctx 100000 --ids 1
 grep -q "exceeds the model's limit" "$T/err" || exit 1

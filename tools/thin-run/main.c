@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +234,7 @@ typedef struct run {
     int32_t *prompt;        /* the prompt's ids (generation), known before the backend starts */
     size_t n_prompt;
     int prepared;           /* the backend paid the prompt's one-time costs during the load */
+    char prompt_err[768];   /* why the prompt could not be made */
 } run;
 
 /* For the messages about a full context: where the default shrank to what the GPU holds, that;
@@ -306,37 +308,58 @@ static int open_model(run *r) {
     return 0;
 }
 
-/* Loads the tokenizer the file carries, if any. */
-static int load_tokenizer(run *r) {
-    const char *text, *name, *cfg_name;
-    const void *data, *cfg = NULL;
-    size_t size, cfg_size = 0;
+/* The tokenizer the file carries: where its bytes are (found on the calling thread, the only one
+ * that asks the file for them) and what building it gave (on a thread of its own). */
+typedef struct tok_job {
+    int format;             /* 0: none, 1: Hugging Face tokenizer.json, 2: GGUF vocabulary */
+    const void *data, *cfg;
+    size_t size, cfg_size;
+    tok *tk;
+    int rc;
     char err[512];
+} tok_job;
+
+/* Finds the tokenizer's blobs, if the file carries one. */
+static void tok_locate(run *r, tok_job *j) {
+    const char *text, *name, *cfg_name;
     json_t *t;
-    if (thin_file_section(r->f, "tokenizer", &text) != THIN_OK) return 0;
-    if (!(t = json_loads(text, 0, NULL))) return 0;
-    int rc = 0;
+    if (thin_file_section(r->f, "tokenizer", &text) != THIN_OK) return;
+    if (!(t = json_loads(text, 0, NULL))) return;
     const char *format = json_string_value(json_object_get(t, "format"));
     if (format && strcmp(format, "hf") == 0 &&
         (name = json_string_value(json_object_get(t, "tokenizer_json"))) &&
-        thin_file_blob(r->f, name, &data, &size) == THIN_OK) {
+        thin_file_blob(r->f, name, &j->data, &j->size) == THIN_OK) {
+        j->format = 1;
         cfg_name = json_string_value(json_object_get(t, "tokenizer_config"));
-        if (cfg_name && thin_file_blob(r->f, cfg_name, &cfg, &cfg_size) != THIN_OK) cfg = NULL;
-        rc = tok_load_hf(&r->tk, data, size, cfg, cfg ? cfg_size : 0, err, sizeof err);
+        if (cfg_name && thin_file_blob(r->f, cfg_name, &j->cfg, &j->cfg_size) != THIN_OK) j->cfg = NULL;
     } else if (format && strcmp(format, "gguf") == 0 &&
                (name = json_string_value(json_object_get(t, "blob"))) &&
-               thin_file_blob(r->f, name, &data, &size) == THIN_OK) {
-        rc = tok_load_gguf(&r->tk, data, size, err, sizeof err);
+               thin_file_blob(r->f, name, &j->data, &j->size) == THIN_OK) {
+        j->format = 2;
     } else {
         cli_warn("%s: the tokenizer section names no usable blob", r->o->model);
     }
     json_decref(t);
-    if (rc) return bad_model(r, "tokenizer: ", err);
-    if (r->tk && tok_vocab_size(r->tk) > r->p.hp.vocab_size) {
-        snprintf(err, sizeof err, "the tokenizer has %u tokens, the model %u", tok_vocab_size(r->tk),
-                 r->p.hp.vocab_size);
-        return bad_model(r, "", err);
-    }
+}
+
+/* Builds it from the bytes alone (a thread's function). */
+static void *tok_build(void *arg) {
+    tok_job *j = arg;
+    if (j->format == 1)
+        j->rc = tok_load_hf(&j->tk, j->data, j->size, j->cfg, j->cfg ? j->cfg_size : 0, j->err, sizeof j->err);
+    else if (j->format == 2)
+        j->rc = tok_load_gguf(&j->tk, j->data, j->size, j->err, sizeof j->err);
+    return NULL;
+}
+
+/* Takes the built tokenizer; on failure the message goes into msg. */
+static int tok_take(run *r, tok_job *j, char *msg, size_t len) {
+    r->tk = j->tk;
+    j->tk = NULL;
+    if (j->rc) return snprintf(msg, len, "%s: tokenizer: %s", r->o->model, j->err), CLI_EXIT_DATA;
+    if (r->tk && tok_vocab_size(r->tk) > r->p.hp.vocab_size)
+        return snprintf(msg, len, "%s: the tokenizer has %u tokens, the model %u", r->o->model,
+                        tok_vocab_size(r->tk), r->p.hp.vocab_size), CLI_EXIT_DATA;
     return 0;
 }
 
@@ -384,22 +407,31 @@ static int start_backend(run *r, char *msg, size_t len) {
 
 static int prompt_ids(run *r, int32_t **ids, size_t *n);
 
-/* Opens the model and starts the backend. The checksums (--verify) are checked beside the
- * backend's load, which only reads the weights (copying them to the GPU; the CPU backend uses
- * them in place), and the session runs nothing for the caller before they have passed. */
+/* Opens the model and starts the backend. Three things run side by side: the checksums
+ * (--verify, threads of their own), the tokenizer's build (a thread of its own) and the backend's
+ * load on the calling thread, which only reads the weights (copying them to the GPU; the CPU
+ * backend uses them in place). The session runs nothing for the caller before the checksums have
+ * passed. Of several failures the first of these is told: a checksum, the tokenizer, the
+ * backend, the prompt. */
 static int load(run *r) {
     double t0 = cli_now();
+    tok_job tj = {0};
     int rc = open_model(r);
-    if (!rc) rc = load_tokenizer(r);
+    if (!rc) tok_locate(r, &tj);
     if (!rc) rc = pick_backend(r);
-    if (!rc && !r->o->score) rc = prompt_ids(r, &r->prompt, &r->n_prompt);
     if (rc) return r->load_s = cli_now() - t0, rc;
-    char msg[768];
+    char msg[768], tmsg[768];
     verify_start(r);
+    pthread_t tt;
+    const int tok_thread = tj.format && pthread_create(&tt, NULL, tok_build, &tj) == 0;
+    if (tj.format && !tok_thread) tok_build(&tj);
     rc = start_backend(r, msg, sizeof msg);
+    if (tok_thread) pthread_join(tt, NULL);
+    const int trc = tok_take(r, &tj, tmsg, sizeof tmsg);
+    const int prc = trc || r->o->score ? 0 : prompt_ids(r, &r->prompt, &r->n_prompt);
     /* While the checksums are still being checked, the backend can pay the prompt's one-time
      * costs (its kernels' first loads, its batch size's GEMM algorithms) for nothing. */
-    if (!rc && r->verify_started && !atomic_load(&r->verify_done) && r->be->prepare &&
+    if (!rc && !trc && !prc && r->verify_started && !atomic_load(&r->verify_done) && r->be->prepare &&
         r->n_prompt >= 2 && r->n_prompt <= r->ctx) {
         const int pr = r->be->prepare(r->sess, (uint32_t)r->n_prompt);
         if (pr < 0)
@@ -407,10 +439,12 @@ static int load(run *r) {
                                          r->be->error(r->sess));
         r->prepared = pr > 0;
     }
-    const int vrc = verify_join(r); /* first: a bad checksum explains a failed load */
-    if (rc && !vrc) cli_error("%s", msg);
+    int vrc = verify_join(r);
+    if (!vrc && trc) vrc = trc, cli_error("%s", tmsg);
+    if (!vrc && rc) vrc = rc, cli_error("%s", msg);
+    if (!vrc && prc) vrc = prc, cli_error("%s", r->prompt_err);
     r->load_s = cli_now() - t0;
-    return vrc ? vrc : rc;
+    return vrc;
 }
 
 static void unload(run *r) {
@@ -424,21 +458,31 @@ static void unload(run *r) {
 /* ---- prompt ---- */
 
 /* Renders the prompt through the model's chat template and encodes it with special tokens. */
+/* A prompt that cannot be made: the message waits in r->prompt_err (load tells it unless an
+ * error about the file comes first). */
+static int prompt_fail(run *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->prompt_err, sizeof r->prompt_err, fmt, ap);
+    va_end(ap);
+    return CLI_EXIT_DATA;
+}
+
 static int chat_prompt_ids(run *r, int32_t **ids, size_t *n) {
     const options *o = r->o;
     char err[512];
-    if (!r->tk) return cli_error("%s carries no tokenizer: --chat needs one", o->model), CLI_EXIT_DATA;
+    if (!r->tk) return prompt_fail(r, "%s carries no tokenizer: --chat needs one", o->model);
     chat_opts co = {CHAT_FORMAT_NONE, o->system, CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
     chat_from_template(tok_chat_template(r->tk), &co);
     if (co.format == CHAT_FORMAT_NONE)
-        return cli_error("%s: the tokenizer has no supported chat template", o->model), CLI_EXIT_DATA;
+        return prompt_fail(r, "%s: the tokenizer has no supported chat template", o->model);
     char *text;
     size_t len;
     if (chat_render(&co, o->prompt, &text, &len, err, sizeof err))
-        return cli_error("--chat: %s", err), CLI_EXIT_DATA;
+        return prompt_fail(r, "--chat: %s", err);
     int rc = tok_encode(r->tk, text, len, 0, 1, ids, n, err, sizeof err);
     free(text);
-    if (rc) return cli_error("prompt: %s", err), CLI_EXIT_DATA;
+    if (rc) return prompt_fail(r, "prompt: %s", err);
     r->chat_stop = tok_find(r->tk, chat_stop_text(co.format));
     return 0;
 }
@@ -450,27 +494,27 @@ static int prompt_ids(run *r, int32_t **ids, size_t *n) {
         char *text = (char *)o->ids;
         size_t len;
         if (o->ids_file && read_whole(o->ids_file, &text, &len))
-            return cli_error("%s: cannot read: %s", o->ids_file, strerror(errno)), CLI_EXIT_DATA;
+            return prompt_fail(r, "%s: cannot read: %s", o->ids_file, strerror(errno));
         int rc = ids_parse(text, r->p.hp.vocab_size, ids, n, err, sizeof err);
         if (o->ids_file) free(text);
-        if (rc) return cli_error("%s: %s", o->ids_file ? o->ids_file : "--ids", err), CLI_EXIT_DATA;
+        if (rc) return prompt_fail(r, "%s: %s", o->ids_file ? o->ids_file : "--ids", err);
         return 0;
     }
     if (o->chat) return chat_prompt_ids(r, ids, n);
     int32_t bos = r->tk && tok_bos(r->tk) >= 0 ? tok_bos(r->tk) : r->p.hp.bos_id;
     if (!o->prompt || !o->prompt[0]) { /* no prompt: BOS alone, as llama2.c does */
         if (bos < 0 || o->no_bos)
-            return cli_error("the model has no BOS token: give a prompt"), CLI_EXIT_DATA;
-        if (!(*ids = malloc(sizeof **ids))) return cli_error("out of memory"), CLI_EXIT_DATA;
+            return prompt_fail(r, "the model has no BOS token: give a prompt");
+        if (!(*ids = malloc(sizeof **ids))) return prompt_fail(r, "out of memory");
         (*ids)[0] = bos;
         *n = 1;
         return 0;
     }
-    if (!r->tk) return cli_error("%s carries no tokenizer: use --ids", o->model), CLI_EXIT_DATA;
+    if (!r->tk) return prompt_fail(r, "%s carries no tokenizer: use --ids", o->model);
     int add_bos = !o->no_bos && tok_add_bos(r->tk);
     if (tok_encode(r->tk, o->prompt, strlen(o->prompt), add_bos, 0, ids, n, err, sizeof err))
-        return cli_error("prompt: %s", err), CLI_EXIT_DATA;
-    if (*n == 0) return cli_error("the prompt encodes to no tokens"), CLI_EXIT_DATA;
+        return prompt_fail(r, "prompt: %s", err);
+    if (*n == 0) return prompt_fail(r, "the prompt encodes to no tokens");
     return 0;
 }
 
