@@ -1,6 +1,7 @@
 /*
  * tok_map.c — the tokenizer's hash maps: token text -> id and (left id, right id) -> merge.
- * Open addressing with linear probing over power-of-two tables kept at most half full.
+ * Open addressing with linear probing over power-of-two tables kept at most half full; each slot
+ * holds what a probe compares, so that a lookup touches the token texts only for its match.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,18 +53,21 @@ int tok_strmap_build(tok_strmap *m, const tok *t)
         if (!key_matchable(tk))
             continue;
         const char *key = t->arena + tk->key_off;
-        uint32_t i = (uint32_t)hash_bytes(key, tk->key_len) & (m->cap - 1);
+        const uint64_t h = hash_bytes(key, tk->key_len);
+        const uint32_t tag = (uint32_t)(h >> 32);
+        uint32_t i = (uint32_t)h & (m->cap - 1);
         int dup = 0;
-        while (m->slots[i]) {
-            const tok_token *o = &t->tokens[m->slots[i] - 1];
-            if (o->key_len == tk->key_len && !memcmp(t->arena + o->key_off, key, tk->key_len)) {
+        while (m->slots[i].id1) {
+            const tok_strslot *o = &m->slots[i];
+            if (o->tag == tag && o->key_len == tk->key_len &&
+                !memcmp(t->arena + o->key_off, key, tk->key_len)) {
                 dup = 1; /* the lower id keeps the key */
                 break;
             }
             i = (i + 1) & (m->cap - 1);
         }
         if (!dup)
-            m->slots[i] = id + 1;
+            m->slots[i] = (tok_strslot){id + 1, tag, tk->key_off, tk->key_len};
     }
     return 0;
 }
@@ -72,11 +76,13 @@ int32_t tok_strmap_get(const tok_strmap *m, const tok *t, const char *s, size_t 
 {
     if (!m->slots)
         return -1;
-    uint32_t i = (uint32_t)hash_bytes(s, len) & (m->cap - 1);
-    while (m->slots[i]) {
-        const tok_token *o = &t->tokens[m->slots[i] - 1];
-        if (o->key_len == len && !memcmp(t->arena + o->key_off, s, len))
-            return (int32_t)(m->slots[i] - 1);
+    const uint64_t h = hash_bytes(s, len);
+    const uint32_t tag = (uint32_t)(h >> 32);
+    uint32_t i = (uint32_t)h & (m->cap - 1);
+    while (m->slots[i].id1) {
+        const tok_strslot *o = &m->slots[i];
+        if (o->tag == tag && o->key_len == len && !memcmp(t->arena + o->key_off, s, len))
+            return (int32_t)(o->id1 - 1);
         i = (i + 1) & (m->cap - 1);
     }
     return -1;
@@ -93,10 +99,8 @@ int tok_pairmap_init(tok_pairmap *m, uint32_t n_expected)
 {
     m->cap = table_cap(n_expected);
     m->n = 0;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->rank = malloc((size_t)m->cap * sizeof *m->rank);
-    m->merged = malloc((size_t)m->cap * sizeof *m->merged);
-    if (!m->keys || !m->rank || !m->merged) {
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    if (!m->slots) {
         tok_pairmap_free(m);
         return -1;
     }
@@ -110,32 +114,30 @@ static uint64_t pair_key(int32_t left, int32_t right)
 
 void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged)
 {
-    if (!m->keys || 2u * m->n + 2u >= m->cap)
+    if (!m->slots || 2u * m->n + 2u >= m->cap)
         return; /* never fill the table past half */
     uint64_t key = pair_key(left, right);
     uint32_t i = (uint32_t)hash_u64(key) & (m->cap - 1);
-    while (m->keys[i]) {
-        if (m->keys[i] == key)
+    while (m->slots[i].key) {
+        if (m->slots[i].key == key)
             return;
         i = (i + 1) & (m->cap - 1);
     }
-    m->keys[i] = key;
-    m->rank[i] = rank;
-    m->merged[i] = merged;
+    m->slots[i] = (tok_pairslot){key, rank, merged};
     m->n++;
 }
 
 int tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right, int32_t *rank,
                     int32_t *merged)
 {
-    if (!m->keys)
+    if (!m->slots)
         return 0;
     uint64_t key = pair_key(left, right);
     uint32_t i = (uint32_t)hash_u64(key) & (m->cap - 1);
-    while (m->keys[i]) {
-        if (m->keys[i] == key) {
-            *rank = m->rank[i];
-            *merged = m->merged[i];
+    while (m->slots[i].key) {
+        if (m->slots[i].key == key) {
+            *rank = m->slots[i].rank;
+            *merged = m->slots[i].merged;
             return 1;
         }
         i = (i + 1) & (m->cap - 1);
@@ -145,10 +147,7 @@ int tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right, int32_t *
 
 void tok_pairmap_free(tok_pairmap *m)
 {
-    free(m->keys);
-    free(m->rank);
-    free(m->merged);
-    m->keys = NULL;
-    m->rank = m->merged = NULL;
+    free(m->slots);
+    m->slots = NULL;
     m->cap = m->n = 0;
 }

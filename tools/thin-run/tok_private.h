@@ -33,17 +33,27 @@ enum tok_attr {
 #define TOK_MAX_NORM_OPS 32
 #define TOK_MAX_SPLITS 8
 
-/* Open-addressing map from a byte string to a token id. Keys point into the tok's arena. */
+/* Open-addressing map from a byte string to a token id. Keys point into the tok's arena; a slot
+ * holds the key's place and the upper half of its hash, so that a probe reads one slot and, only
+ * where the hash half and the length agree, the key's bytes. */
+typedef struct tok_strslot {
+    uint32_t id1;     /* id + 1, 0 = empty */
+    uint32_t tag;     /* upper 32 bits of the key's hash */
+    uint32_t key_off, key_len;
+} tok_strslot;
 typedef struct tok_strmap {
-    uint32_t *slots;  /* (cap) id + 1, 0 = empty */
+    tok_strslot *slots; /* (cap) */
     uint32_t cap;     /* power of two */
 } tok_strmap;
 
-/* Open-addressing map from a pair of ids to (rank, merged id). */
+/* Open-addressing map from a pair of ids to (rank, merged id), each entry in one slot. */
+typedef struct tok_pairslot {
+    uint64_t key;     /* (left << 32 | right) + 1, 0 = empty */
+    int32_t rank;     /* merge rank, lower merges first */
+    int32_t merged;   /* id of left+right */
+} tok_pairslot;
 typedef struct tok_pairmap {
-    uint64_t *keys;   /* (cap) (left << 32 | right) + 1, 0 = empty */
-    int32_t *rank;    /* (cap) merge rank, lower merges first */
-    int32_t *merged;  /* (cap) id of left+right */
+    tok_pairslot *slots; /* (cap) */
     uint32_t cap, n;
 } tok_pairmap;
 
