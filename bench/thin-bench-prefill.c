@@ -13,8 +13,8 @@
  * last row's argmax (cuda_session_prefill; with THIN_BENCH_SPLIT=1 the earlier form: the first
  * LEN - 1 ids as one batch and the last as one decode step), and prints one JSON line per length:
  * the run, the length, seconds, prompt tokens per second and the argmax id (the same in every
- * run). The KV cache is
- * rewritten from position 0 each time. With THIN_BENCH_PREPARE=1 the session first runs
+ * run). The KV cache is rewritten from position 0 each time. With THIN_BENCH_PREPARE=1 the session
+ * first runs
  * cuda_session_prepare for the first length (what thin-run does while it verifies the checksums)
  * and prints its seconds. Environment variables of the backend (THIN_CUDA_*) apply.
  * The file is not verified.

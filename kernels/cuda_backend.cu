@@ -223,6 +223,19 @@ static int alloc_state(cuda_session *s) {
     return 0;
 }
 
+/* Zeroes the first `rows` positions of every layer's K and V caches (what a warm-up wrote). */
+static int clear_kv_rows(cuda_session *s, uint32_t rows) {
+    const plan *p = s->p;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        if (p->ops[i].kind != PLAN_ATTENTION) continue;
+        size_t bytes = (size_t)rows * p->ops[i].n_kv_heads * p->ops[i].head_dim * thin_dtype_size(p->kv_dtype);
+        CK(s, cudaMemsetAsync(s->op_kc[i], 0, bytes, s->st));
+        CK(s, cudaMemsetAsync(s->op_vc[i], 0, bytes, s->st));
+    }
+    CK(s, cudaStreamSynchronize(s->st));
+    return 0;
+}
+
 /* One eager decode step at creation: sets kernel attributes outside graph capture and surfaces
  * launch errors early; then the caches it touched are cleared and the decode graphs captured. */
 static int warm_up(cuda_session *s) {
@@ -232,14 +245,7 @@ static int warm_up(cuda_session *s) {
         s->short_now = k;
         if (exec_steps(s, 1, 0)) return -1;
     }
-    CK(s, cudaStreamSynchronize(s->st));
-    const plan *p = s->p;
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        if (p->ops[i].kind != PLAN_ATTENTION) continue;
-        size_t bytes = (size_t)p->ops[i].n_kv_heads * p->ops[i].head_dim * thin_dtype_size(p->kv_dtype);
-        CK(s, cudaMemset(s->op_kc[i], 0, bytes));
-        CK(s, cudaMemset(s->op_vc[i], 0, bytes));
-    }
+    if (clear_kv_rows(s, 1)) return -1;
     return exec_capture_decode(s);
 }
 
@@ -622,15 +628,7 @@ extern "C" int cuda_session_prepare(cuda_session *s, uint32_t n) {
     int rc = forward_chunk(s, zeros, full, 0, NULL, &am, 1);
     if (rc == 0 && rest >= 2) rc = forward_chunk(s, zeros, rest, 0, NULL, &am, 1);
     free(zeros);
-    if (rc) return -1;
-    const plan *p = s->p;
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        if (p->ops[i].kind != PLAN_ATTENTION) continue;
-        size_t bytes = (size_t)full * p->ops[i].n_kv_heads * p->ops[i].head_dim * thin_dtype_size(p->kv_dtype);
-        CK(s, cudaMemsetAsync(s->op_kc[i], 0, bytes, s->st));
-        CK(s, cudaMemsetAsync(s->op_vc[i], 0, bytes, s->st));
-    }
-    CK(s, cudaStreamSynchronize(s->st));
+    if (rc || clear_kv_rows(s, full)) return -1;
     s->cur_pos = 0;
     s->last_row = 0;
     return 1;

@@ -17,7 +17,8 @@
  * answer for the class's top size is checked for each n (cublasLtMatmulAlgoCheck) and taken where
  * it fits, so a prompt of a new length does not ask the heuristic again (a new length cost about
  * 10 ms more than a repeated one for SmolLM3-3B's linears on the H200); where it does not fit, the
- * heuristic answers for that n itself. Both kinds of answer are cached. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
+ * heuristic answers for that n itself. One cache holds both: the class's answer is the entry for
+ * the class's top size. Shapes it cannot take (no algorithm; a transposed FP8 matrix larger than the
  * scratch) return cudaErrorNotSupported, and the caller runs gemm.cu's kernel instead.
  * Measured on the H200 with SmolLM3-3B BF16 (bench/thin-bench-prefill, prefills after the first
  * in a session): 512 tokens in 21.1 ms against 52.3 through gemm.cu's kernel, 2048 in 126 against
@@ -85,7 +86,7 @@ long thin_cuda_gemm_widen = 64l << 20;
 #define LT_CACHE 32
 
 struct lt_algo {
-    int m, n, k, trans, valid; /* n: the batch size, or in cls[] its class */
+    int m, n, k, trans, valid;
     uint32_t lda, ldb, ldd;
     uint32_t align; /* the pointers' alignments, 4 bits each (log2) */
     cublasLtMatmulAlgo_t algo;
@@ -106,9 +107,8 @@ struct gemm_lt {
     __nv_bfloat16 *xb;              /* activations: x_elems */
     __nv_bfloat16 *wb;              /* widened FP8 weights: w_elems (NULL without FP8 weights) */
     size_t x_elems, w_elems;
-    lt_algo cache[LT_CACHE];        /* per batch size */
-    lt_algo cls[LT_CACHE];          /* the heuristic's answers per batch-size class */
-    int next, cls_next;
+    lt_algo cache[LT_CACHE];
+    int next;
     int classes;                    /* THIN_CUDA_LT_CLASS=1: answers per batch-size class */
     cublasStatus_t last;            /* the last cuBLASLt failure */
 };
@@ -294,30 +294,33 @@ static cudaError_t lt_matmul(gemm_lt *g, const void *A, uint32_t lda, int trans,
      * 16-byte aligned */
     const uint32_t al[3] = {lt_align_log2(A), lt_align_log2(B), lt_align_log2(D)};
     const uint32_t akey = al[0] | al[1] << 4 | al[2] << 8;
-    uint32_t nc = n; /* n's class */
-    if (g->classes)
-        for (nc = 16; nc < n && nc < (1u << 30);) nc *= 2;
     const lt_algo *hit = lt_find(g->cache, m, n, k, trans, akey, lda, ldb, ldd);
     if (e == cudaSuccess && !hit) {
-        const lt_algo *c = lt_find(g->cls, m, nc, k, trans, akey, lda, ldb, ldd);
-        if (!c) { /* the heuristic for the class's top size */
-            cublasLtMatrixLayout_t lbc = NULL, ldc = NULL;
-            cublasLtMatmulAlgo_t algo;
-            e = lt_err(g, g->api->MatrixLayoutCreate(&lbc, CUDA_R_16BF, k, nc, ldb));
-            if (e == cudaSuccess) e = lt_err(g, g->api->MatrixLayoutCreate(&ldc, CUDA_R_32F, m, nc, ldd));
-            if (e == cudaSuccess) e = lt_heuristic(g, op, la, lbc, ldc, al, &algo);
-            if (e == cudaSuccess) c = lt_store(g->cls, &g->cls_next, m, nc, k, trans, akey, lda, ldb, ldd, &algo);
-            if (ldc) g->api->MatrixLayoutDestroy(ldc);
-            if (lbc) g->api->MatrixLayoutDestroy(lbc);
-            if (e == cudaErrorNotSupported) e = cudaSuccess, c = NULL; /* none for the class: ask for n */
+        uint32_t nc = n; /* n's batch-size class (its top size) */
+        if (g->classes)
+            for (nc = 16; nc < n && nc < (1u << 30);) nc *= 2;
+        const lt_algo *c = NULL;
+        if (nc != n) {
+            c = lt_find(g->cache, m, nc, k, trans, akey, lda, ldb, ldd);
+            if (!c) { /* the heuristic for the class's top size */
+                cublasLtMatrixLayout_t lbc = NULL, ldc = NULL;
+                cublasLtMatmulAlgo_t algo;
+                e = lt_err(g, g->api->MatrixLayoutCreate(&lbc, CUDA_R_16BF, k, nc, ldb));
+                if (e == cudaSuccess) e = lt_err(g, g->api->MatrixLayoutCreate(&ldc, CUDA_R_32F, m, nc, ldd));
+                if (e == cudaSuccess) e = lt_heuristic(g, op, la, lbc, ldc, al, &algo);
+                if (e == cudaSuccess) c = lt_store(g->cache, &g->next, m, nc, k, trans, akey, lda, ldb, ldd, &algo);
+                if (ldc) g->api->MatrixLayoutDestroy(ldc);
+                if (lbc) g->api->MatrixLayoutDestroy(lbc);
+                if (e == cudaErrorNotSupported) e = cudaSuccess; /* none for the class: ask for n */
+            }
+            cublasLtMatmulHeuristicResult_t chk;
+            if (e == cudaSuccess && c &&
+                (g->api->MatmulAlgoCheck(g->h, op, la, lb, ld, ld, &c->algo, &chk) != CUBLAS_STATUS_SUCCESS ||
+                 chk.workspaceSize > LT_WS_BYTES))
+                c = NULL; /* the class's answer does not fit this n */
         }
-        cublasLtMatmulHeuristicResult_t chk;
-        if (e == cudaSuccess && c && (uint32_t)c->n != n &&
-            (g->api->MatmulAlgoCheck(g->h, op, la, lb, ld, ld, &c->algo, &chk) != CUBLAS_STATUS_SUCCESS ||
-             chk.workspaceSize > LT_WS_BYTES))
-            c = NULL; /* the class's answer does not fit this n */
         cublasLtMatmulAlgo_t algo;
-        if (e == cudaSuccess && c) algo = c->algo;
+        if (e == cudaSuccess && c) algo = c->algo; /* copied: storing n's entry may reuse c's slot */
         else if (e == cudaSuccess) e = lt_heuristic(g, op, la, lb, ld, al, &algo);
         if (e == cudaSuccess) hit = lt_store(g->cache, &g->next, m, n, k, trans, akey, lda, ldb, ldd, &algo);
     }
