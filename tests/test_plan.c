@@ -351,6 +351,74 @@ static void test_longrope(void **state) {
     expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "attention_factor", 0);
 }
 
+static json_t *yarn(void) {
+    return json_pack("{ss sf si sf}", "rope_type", "yarn", "factor", 4.0,
+                     "original_max_position_embeddings", 16, "beta_slow", 0.01);
+}
+
+/* YaRN (head_dim 4, theta 1e4: frequencies 1 and 1e-2): with beta_slow 0.01 the ramp runs over
+ * dims [0, 2] (ends rounded outwards), so the first frequency stays, the second is half
+ * interpolated; unrounded ("truncate": false) the ramp ends at 4 ln(16 / (0.02 pi)) / (2 ln 1e4);
+ * cos and sin scaled by 0.1 ln 4 + 1, or by mscale's ratio; the original context defaults to the
+ * model's 32 positions; "dynamic" is no table; bad members are refused. */
+static void test_yarn(void **state) {
+    (void)state;
+    built b;
+    build(&b, (variant){tape_longrope(yarn()), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    const plan_op *r = &b.p.ops[5];
+    assert_float_equal(r->inv_freq[0], 1.0, 1e-9);
+    assert_float_equal(r->inv_freq[1], 0.01 * (0.5 / 4 + 0.5), 1e-9);
+    assert_float_equal(r->rope_scale, 0.1 * log(4.0) + 1, 1e-6);
+    assert_int_equal(plan_default_ctx(&b.p), 32);
+    float y[VOCAB], plain[VOCAB];
+    run3(&b.p, y);
+    unbuild(&b);
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    run3(&b.p, plain);
+    unbuild(&b);
+    double d = 0;
+    for (int i = 0; i < VOCAB; i++) d = fmax(d, fabs((double)y[i] - plain[i]));
+    assert_true(d > 1e-6);
+    json_t *sc = yarn();
+    json_object_set_new(sc, "truncate", json_false());
+    json_object_set_new(sc, "mscale", json_real(1.0));
+    json_object_set_new(sc, "mscale_all_dim", json_real(0.5));
+    build(&b, (variant){tape_longrope(sc), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    const double hi = 4 * log(16 / (0.01 * 2 * M_PI)) / (2 * log(1e4)), ramp = 1 / hi;
+    assert_float_equal(b.p.ops[5].inv_freq[1], 0.01 * (ramp / 4 + 1 - ramp), 1e-9);
+    assert_float_equal(b.p.ops[5].rope_scale, (0.1 * log(4.0) + 1) / (0.05 * log(4.0) + 1), 1e-6);
+    unbuild(&b);
+    sc = yarn(); /* beta_slow 1 and the model's 32 positions: the ramp over [0, 1] */
+    json_object_del(sc, "original_max_position_embeddings");
+    json_object_del(sc, "beta_slow");
+    json_object_set_new(sc, "type", json_string("yarn")); /* the older key */
+    json_object_del(sc, "rope_type");
+    build(&b, (variant){tape_longrope(sc), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_float_equal(b.p.ops[5].inv_freq[0], 1.0, 1e-9);
+    assert_float_equal(b.p.ops[5].inv_freq[1], 0.01 / 4, 1e-9);
+    unbuild(&b);
+    build(&b, (variant){tape_longrope(json_pack("{ss sf}", "rope_type", "dynamic", "factor", 2.0)),
+                        THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (b.st != THIN_OK) fail_msg("%s", b.err);
+    assert_null(b.p.ops[5].inv_freq);
+    assert_float_equal(plan_rope_scale(&b.p.ops[5]), 1.0, 0);
+    unbuild(&b);
+    sc = yarn();
+    json_object_del(sc, "factor");
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "yarn scaling without a factor", 0);
+    sc = yarn();
+    json_object_set_new(sc, "truncate", json_string("no"));
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "'truncate' is not a boolean", 0);
+    sc = yarn();
+    json_object_set_new(sc, "beta_fast", json_real(-1));
+    expect_error(tape_longrope(sc), THIN_E_BAD_MANIFEST, "'beta_fast' is not a positive number", 0);
+    expect_error(tape_longrope(json_pack("{ss}", "rope_type", "ntk-by-parts")), THIN_E_UNSUPPORTED,
+                 "'ntk-by-parts' is not supported", 0);
+}
+
 /* Partial rotary (Phi-4-mini): rot_dim 2 of head_dim 4 runs, with the plan's LongRoPE tables of
  * rot_dim/2 = 1 factor, and differs from whole heads; an odd rot_dim, one past head_dim, or a
  * factor list for whole heads is refused. */
@@ -509,6 +577,7 @@ int main(void) {
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
         cmocka_unit_test(test_bias_op),
         cmocka_unit_test(test_longrope),
+        cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_partial_rotary),
         cmocka_unit_test(test_bad_tapes_are_refused),
         cmocka_unit_test(test_split_over_devices),

@@ -6,7 +6,8 @@
 #   Qwen2 (q, k and v biases, grouped-query attention, RoPE base 1e6, tied embeddings): each bias
 #   added after the three products; split over 2 and 4 devices.
 #   Qwen3 (per-head RMSNorms of q and k before the rotation): q and k normalized after the
-#   products, before the rope; split over 2 devices; heads of 16 and of 32 dims.
+#   products, before the rope; split over 2 devices; heads of 16 and of 32 dims; and with YaRN's
+#   rope scaling, whose logits differ from the unscaled model's.
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -33,4 +34,9 @@ family qwen3-tiny head_rmsnorm 4 \
     'head_rmsnorm .* w=model.layers.1.self_attn.k_norm.weight in=k head_dim=16' q_norm 2
 family qwen3-hd32 head_rmsnorm 4 \
     'head_rmsnorm .* w=model.layers.1.self_attn.k_norm.weight in=k head_dim=32' q_norm 2
+family qwen3-yarn head_rmsnorm 4 'rope .*in=k head_dim=16 .*"rope_type":"yarn"' q_norm 2
+if "$BIN/thin-compare" "$FIX/qwen3-tiny/logits.f32" "$T/f32.f32" --vocab 96 --max-abs 1e-2 > /dev/null 2>&1; then
+    echo "yarn changed nothing" >&2
+    exit 1
+fi
 echo ok

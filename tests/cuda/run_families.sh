@@ -1,6 +1,6 @@
 #!/bin/sh
 # The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (in the q/k/v step's epilogue),
-# Qwen3's q and k norms (in the rope kernel),
+# Qwen3's q and k norms (in the rope kernel), Qwen3 with YaRN (its frequency table and factor),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
@@ -43,6 +43,7 @@ steps qwen2-tiny "norm+q+k+v+bias+rope+kv" bias
 family qwen3-tiny 0 logits.f32
 # its q and k norms run in the rope kernel, before it rotates: no head_rmsnorm step of its own
 steps qwen3-tiny "attention+head_norms+rope+kv" head_rmsnorm
+family qwen3-yarn 0 logits.f32
 family phi3-tiny 0 logits.f32
 family phi3-longrope 16 logits.f32 64 logits-long.f32
 family phi4-tiny 16 logits.f32 64 logits-long.f32

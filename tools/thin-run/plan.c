@@ -345,14 +345,61 @@ static thin_status longrope_tables(builder *b, const json_t *sc, plan_op *op) {
     return THIN_OK;
 }
 
-/* inv_freq for a rope_scaling object ("linear", "llama3" or "longrope"); NULL table for
- * none/"default". */
+/* YaRN, as transformers computes it: rot_dim/2 frequencies blended between theta^(-2i/rot_dim)
+ * (extrapolation, the fast-rotating dims) and the same divided by factor (interpolation, the
+ * slow ones) by a ramp over the dims whose rotations in original_max_position_embeddings (the
+ * object's, else the model's max_position_embeddings) lie between beta_fast (32) and beta_slow
+ * (1), its ends rounded outwards unless "truncate" is false; cos and sin scaled by the attention
+ * factor: given, else 0.1 ln(factor) + 1, or with "mscale" and "mscale_all_dim" the ratio of
+ * 0.1 m ln(factor) + 1 for the two (1 where factor <= 1). */
+static thin_status yarn_table(builder *b, const json_t *sc, plan_op *op) {
+    thin_status st;
+    double factor, orig, fast, slow, ms, msa, attn;
+    if ((st = scaling_num(b, sc, "factor", 0, &factor))) return st;
+    if (!(factor > 0))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: yarn scaling without a factor", b->op);
+    if ((st = scaling_num(b, sc, "original_max_position_embeddings", (double)b->p->hp.max_pos, &orig)) ||
+        (st = scaling_num(b, sc, "beta_fast", 32, &fast)) || (st = scaling_num(b, sc, "beta_slow", 1, &slow)) ||
+        (st = scaling_num(b, sc, "mscale", 0, &ms)) || (st = scaling_num(b, sc, "mscale_all_dim", 0, &msa)))
+        return st;
+    const double mf = factor <= 1 ? 1.0 : 0.1 * (ms > 0 && msa > 0 ? ms : 1.0) * log(factor) + 1.0;
+    const double mfa = factor <= 1 ? 1.0 : 0.1 * msa * log(factor) + 1.0;
+    if ((st = scaling_num(b, sc, "attention_factor", ms > 0 && msa > 0 ? mf / mfa : mf, &attn))) return st;
+    const json_t *tr = json_object_get(sc, "truncate");
+    if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: rope_scaling 'truncate' is not a boolean", b->op);
+    const double rd = op->rot_dim, base = op->theta;
+    /* the dim whose wavelength fits `rot` times into the original context */
+    double lo = rd * log(orig / (fast * 2 * M_PI)) / (2 * log(base));
+    double hi = rd * log(orig / (slow * 2 * M_PI)) / (2 * log(base));
+    if (!json_is_false(tr)) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < rd - 1 ? hi : rd - 1;
+    if (lo == hi) hi += 0.001;
+    float *t;
+    if ((st = new_table(b, op, &t))) return st;
+    for (uint32_t i = 0; i < op->rot_dim / 2; i++) {
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        const double f = pow(base, -2.0 * i / rd); /* extrapolation; interpolation is f / factor */
+        t[i] = (float)(f / factor * ramp + f * (1 - ramp));
+    }
+    op->inv_freq = t;
+    op->rope_scale = (float)attn;
+    return THIN_OK;
+}
+
+/* inv_freq for a rope_scaling object ("linear", "llama3", "longrope" or "yarn"); NULL table for
+ * none, "default" and "dynamic" (dynamic NTK changes the frequencies only past
+ * max_position_embeddings, which a context never exceeds). */
 static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
     const char *type = json_string_value(json_object_get(sc, "rope_type"));
     if (!type) type = json_string_value(json_object_get(sc, "type"));
-    if (!json_is_object(sc) || (type && strcmp(type, "default") == 0)) return THIN_OK;
+    if (!json_is_object(sc) || (type && (strcmp(type, "default") == 0 || strcmp(type, "dynamic") == 0)))
+        return THIN_OK;
     if (type && (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0))
         return longrope_tables(b, sc, op);
+    if (type && strcmp(type, "yarn") == 0) return yarn_table(b, sc, op);
     int llama3 = type && strcmp(type, "llama3") == 0;
     if (!type || (!llama3 && strcmp(type, "linear") != 0))
         return fail(b, THIN_E_UNSUPPORTED, "rope_scaling type '%s' is not supported",
