@@ -251,8 +251,8 @@ static int warm_up(cuda_session *s) {
 
 static int check_plan(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
-    if (max_ctx == 0 || (p->hp.max_pos && max_ctx > p->hp.max_pos))
-        return cuda_failf(s, "context %u outside 1..%u", max_ctx, p->hp.max_pos);
+    if (max_ctx == 0 || (p->hp.max_pos && max_ctx > plan_ctx_limit(p)))
+        return cuda_failf(s, "context %u outside 1..%u", max_ctx, plan_ctx_limit(p));
     if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32)
         return cuda_failf(s, "KV cache dtype %s is not supported on the GPU", thin_dtype_name(p->kv_dtype));
     if (p->logits_buf < 0 || (uint32_t)p->logits_buf >= p->n_bufs) return cuda_failf(s, "plan has no logits buffer");

@@ -371,6 +371,7 @@ static void test_yarn(void **state) {
     assert_float_equal(r->inv_freq[1], 0.01 * (0.5 / 4 + 0.5), 1e-9);
     assert_float_equal(r->rope_scale, 0.1 * log(4.0) + 1, 1e-6);
     assert_int_equal(plan_default_ctx(&b.p), 32);
+    assert_int_equal(plan_ctx_limit(&b.p), 64); /* YaRN's reach: 4 x 16 past the model's 32 */
     float y[VOCAB], plain[VOCAB];
     run3(&b.p, y);
     unbuild(&b);
@@ -399,6 +400,7 @@ static void test_yarn(void **state) {
     if (b.st != THIN_OK) fail_msg("%s", b.err);
     assert_float_equal(b.p.ops[5].inv_freq[0], 1.0, 1e-9);
     assert_float_equal(b.p.ops[5].inv_freq[1], 0.01 / 4, 1e-9);
+    assert_int_equal(plan_ctx_limit(&b.p), 128);
     unbuild(&b);
     build(&b, (variant){tape_longrope(json_pack("{ss sf}", "rope_type", "dynamic", "factor", 2.0)),
                         THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);

@@ -7,7 +7,8 @@
 #   added after the three products; split over 2 and 4 devices.
 #   Qwen3 (per-head RMSNorms of q and k before the rotation): q and k normalized after the
 #   products, before the rope; split over 2 devices; heads of 16 and of 32 dims; and with YaRN's
-#   rope scaling, whose logits differ from the unscaled model's.
+#   rope scaling, whose logits differ from the unscaled model's and whose context may be asked
+#   for up to YaRN's reach, past max_position_embeddings (the default).
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -39,4 +40,18 @@ if "$BIN/thin-compare" "$FIX/qwen3-tiny/logits.f32" "$T/f32.f32" --vocab 96 --ma
     echo "yarn changed nothing" >&2
     exit 1
 fi
+# YaRN's reach (factor 4 x 16) is the model's limit, past its max_position_embeddings of 32
+"$BIN/thin-run" "$T/q.thin" --device cpu --ctx 64 --kv-dtype f32 --score "$FIX/qwen3-yarn/ids.txt" --out "$T/y64.f32"
+cmp "$T/f32.f32" "$T/y64.f32"
+if "$BIN/thin-run" "$T/q.thin" --device cpu --ctx 65 --ids 1 -n 1 2> "$T/err.txt"; then
+    echo "--ctx 65 ran" >&2
+    exit 1
+fi
+grep -q "exceeds the model's limit of 64 positions" "$T/err.txt"
+seq 1 33 > "$T/ids33.txt"
+if "$BIN/thin-run" "$T/q.thin" --device cpu --score "$T/ids33.txt" --out "$T/x.f32" 2> "$T/err.txt"; then
+    echo "33 ids ran in the default context of 32" >&2
+    exit 1
+fi
+grep -q 'the context of 32 positions (the default; --ctx allows up to 64)' "$T/err.txt"
 echo ok

@@ -12,7 +12,7 @@
  *   int  cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx,
  *                            char *err, size_t errlen);
  *          uploads the plan's weights, allocates buffers and KV caches (p->kv_dtype) for
- *          max_ctx positions (max_ctx <= p->hp.max_pos); fails with a --ctx hint where the KV
+ *          max_ctx positions (max_ctx <= plan_ctx_limit(p)); fails with a --ctx hint where the KV
  *          caches would not fit the GPU's free memory.
  *   int  cuda_session_create_fit(cuda_session **s, const plan *p, uint32_t max_ctx,
  *                                uint32_t min_ctx, char *err, size_t errlen);

@@ -263,8 +263,8 @@ int cpu_session_create(cpu_session **out, const plan *p, uint32_t max_ctx, unsig
                        char *err, size_t errlen) {
     *out = NULL;
     if (errlen) err[0] = '\0';
-    if (max_ctx == 0 || max_ctx > p->hp.max_pos) {
-        snprintf(err, errlen, "context of %u positions is outside 1..%u", max_ctx, p->hp.max_pos);
+    if (max_ctx == 0 || max_ctx > plan_ctx_limit(p)) {
+        snprintf(err, errlen, "context of %u positions is outside 1..%u", max_ctx, plan_ctx_limit(p));
         return -1;
     }
     if (p->shards > 1 && plan_check_split(p, p->shards, err, errlen) != THIN_OK) return -1;

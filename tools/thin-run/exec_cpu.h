@@ -13,7 +13,7 @@
 typedef struct cpu_session cpu_session;
 
 /* Allocates the buffers and the per-layer KV caches (p->kv_dtype) for max_ctx positions
- * (1 <= max_ctx <= p->hp.max_pos) and starts `threads` threads (0 = all cores). The plan must
+ * (1 <= max_ctx <= plan_ctx_limit(p)) and starts `threads` threads (0 = all cores). The plan must
  * outlive the session. Returns 0, or -1 with a message in err. */
 int cpu_session_create(cpu_session **s, const plan *p, uint32_t max_ctx, unsigned threads,
                        char *err, size_t errlen);

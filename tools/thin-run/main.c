@@ -243,8 +243,8 @@ typedef struct run {
 static const char *ctx_hint(const run *r) {
     static char hint[96];
     if (r->ctx_fit) return " (as many positions as fit in the GPU's memory)";
-    if (r->o->ctx || r->ctx >= r->p.hp.max_pos) return "";
-    snprintf(hint, sizeof hint, " (the default; --ctx allows up to %u)", r->p.hp.max_pos);
+    if (r->o->ctx || r->ctx >= plan_ctx_limit(&r->p)) return "";
+    snprintf(hint, sizeof hint, " (the default; --ctx allows up to %u)", plan_ctx_limit(&r->p));
     return hint;
 }
 
@@ -381,9 +381,9 @@ static int pick_backend(run *r) {
     if (o->device && strcmp(o->device, "cuda") == 0)
         return cli_error("--device cuda: this build has no CUDA backend"), CLI_EXIT_DATA;
 #endif
-    if (o->ctx > r->p.hp.max_pos)
+    if (o->ctx > plan_ctx_limit(&r->p))
         return cli_error("--ctx %lld exceeds the model's limit of %u positions", o->ctx,
-                         r->p.hp.max_pos), CLI_EXIT_DATA;
+                         plan_ctx_limit(&r->p)), CLI_EXIT_DATA;
     return 0;
 }
 

@@ -386,6 +386,8 @@ static thin_status yarn_table(builder *b, const json_t *sc, plan_op *op) {
     }
     op->inv_freq = t;
     op->rope_scale = (float)attn;
+    const double reach = floor(factor * orig); /* the context YaRN extends to */
+    if (reach > b->p->ctx_limit) b->p->ctx_limit = reach < UINT32_MAX ? (uint32_t)reach : UINT32_MAX;
     return THIN_OK;
 }
 

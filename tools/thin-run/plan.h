@@ -80,6 +80,8 @@ typedef struct plan {
     plan_op *ops;
     thin_dtype kv_dtype;  /* KV cache dtype (runtime default from the manifest, or --kv-dtype) */
     uint64_t weight_bytes;/* bytes of distinct weights read per token */
+    uint32_t ctx_limit;   /* positions a session may hold past max_pos: YaRN's factor × original
+                             context where that is more (0: none; see plan_ctx_limit) */
     uint32_t shards;      /* 1 (plan_build), or the devices a split run stands for (thin-run
                              --shards: the CPU backend sums each row split from that many
                              partial products, as the devices' all-reduce would) */
@@ -95,6 +97,11 @@ void plan_free(plan *p);
 /* Fits the plan to a session of ctx positions (0: the model's limit, which plan_build assumes):
  * LongRoPE ops take their long table where ctx exceeds the original context, else the short one. */
 void plan_set_ctx(plan *p, uint32_t ctx);
+/* The most positions a session may hold: max_position_embeddings, or YaRN's reach (factor ×
+ * original_max_position_embeddings) where that is more, as its model cards extend a context. */
+static inline uint32_t plan_ctx_limit(const plan *p) {
+    return p->ctx_limit > p->hp.max_pos ? p->ctx_limit : p->hp.max_pos;
+}
 /* The context of a session that asks for none: the model's limit, or for a LongRoPE model its
  * original context (the reach of its short factors, which transformers also takes for sequences
  * that fit there; the long factors and the longer context need asking for). */
