@@ -249,10 +249,30 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
+extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len) {
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        const char *what = o->kind == PLAN_GELU_TANH_MUL                              ? "GELU-gated MLP"
+                           : o->norm_offset != 0.0f                                   ? "norm weights counted from an offset"
+                           : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f ? "scaled embedding"
+                           : o->kind == PLAN_ATTENTION && o->attn_scale > 0 &&
+                                   o->attn_scale != 1.0f / sqrtf((float)o->head_dim)  ? "attention scale other than 1/sqrt(head_dim)"
+                           : o->kind == PLAN_ATTENTION && o->window && o->window < ctx ? "sliding attention window shorter than the context"
+                                                                                        : NULL;
+        if (what) {
+            snprintf(why, len, "the CUDA backend does not run this model's %s (tape op %u) yet", what, i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int check_plan(cuda_session *s, uint32_t max_ctx) {
     const plan *p = s->p;
     if (max_ctx == 0 || (p->hp.max_pos && max_ctx > plan_ctx_limit(p)))
         return cuda_failf(s, "context %u outside 1..%u", max_ctx, plan_ctx_limit(p));
+    char why[160];
+    if (!cuda_backend_runs(p, max_ctx, why, sizeof why)) return cuda_failf(s, "%s", why);
     if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32)
         return cuda_failf(s, "KV cache dtype %s is not supported on the GPU", thin_dtype_name(p->kv_dtype));
     if (p->logits_buf < 0 || (uint32_t)p->logits_buf >= p->n_bufs) return cuda_failf(s, "plan has no logits buffer");

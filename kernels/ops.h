@@ -35,15 +35,19 @@ float thin_wmat_get(const thin_wmat *w, uint64_t r, uint64_t c);
 /* out[0..cols) = E[token][:] (embedding gather). */
 void op_embed(float *out, const thin_wmat *E, uint64_t token);
 
-/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n; w is a vector of dtype w->dtype (rows = 1). */
-void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps);
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * (offset + w[i]), i < n; w is a vector of dtype
+ * w->dtype (rows = 1); offset 0, or Gemma's 1 (its weights count from 1; offset + w in F32, as
+ * transformers computes it). */
+void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps, float offset);
 
 /* Fused residual add + RMSNorm: x[i] += h[i]; out = rmsnorm(x) * w. */
-void op_add_rmsnorm(float *x, const float *h, float *out, const thin_wmat *w, uint64_t n, float eps);
+void op_add_rmsnorm(float *x, const float *h, float *out, const thin_wmat *w, uint64_t n, float eps,
+                    float offset);
 
 /* Per-head RMSNorm (Qwen3 q_norm/k_norm): each of n_heads slices of head_dim is normalised in
- * place and multiplied by w[0..head_dim). */
-void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t head_dim, float eps);
+ * place and multiplied by offset + w[0..head_dim). */
+void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t head_dim, float eps,
+                     float offset);
 
 /* y[r] = sum_c W[r][c] * x[c] for r in [r0, r1) (F32 accumulation). Threads split rows. */
 void op_matvec(float *y, const thin_wmat *W, const float *x, uint64_t r0, uint64_t r1);
@@ -90,13 +94,15 @@ void op_attention_heads(float *out, const float *q, const void *kcache, const vo
 /* op_attention_heads for nb consecutive rows of a prompt: row i (q + i * ldq, out + i * ldo) is
  * at position pos0 + i and attends positions 0..pos0 + i, whose K/V rows the caches already hold.
  * Each position's K and V rows are read once for all the rows (one row: for all the query heads
- * of a KV head, up to OP_ATTN_HEADS at a time); every row's result is op_attention_heads' bit for
- * bit. scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
+ * of a KV head, up to OP_ATTN_HEADS at a time); with scale 1/sqrtf(head_dim) and window 0 every
+ * row's result is op_attention_heads' bit for bit. Scores are multiplied by `scale`; window > 0
+ * (a sliding window) limits a row at position p to positions p - window + 1..p (the others get
+ * probability 0). scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
 #define OP_ATTN_HEADS 8
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
-                       float *scratch);
+                       float scale, uint64_t window, float *scratch);
 
 /* Stores k and v (kv_dim floats each) at position pos of the caches, converting to kv_dtype. */
 void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k, const float *v,
@@ -104,6 +110,13 @@ void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k
 
 /* g[i] = silu(g[i]) * u[i]. */
 void op_silu_mul(float *g, const float *u, uint64_t n);
+
+/* g[i] = gelu_tanh(g[i]) * u[i]: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), transformers'
+ * gelu_pytorch_tanh (computed in double, rounded once). */
+void op_gelu_tanh_mul(float *g, const float *u, uint64_t n);
+
+/* x[i] *= s. */
+void op_scale(float *x, float s, uint64_t n);
 
 /* x[i] += h[i]. */
 void op_add(float *x, const float *h, uint64_t n);

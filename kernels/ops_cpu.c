@@ -71,22 +71,25 @@ static float inv_rms(const float *x, uint64_t n, float eps) {
     return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
-void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps) {
+void op_rmsnorm(float *out, const float *x, const thin_wmat *w, uint64_t n, float eps, float offset) {
     float s = inv_rms(x, n, eps);
-    for (uint64_t i = 0; i < n; i++) out[i] = thin_wmat_get(w, 0, i) * (s * x[i]);
+    if (offset == 0.0f)
+        for (uint64_t i = 0; i < n; i++) out[i] = thin_wmat_get(w, 0, i) * (s * x[i]);
+    else
+        for (uint64_t i = 0; i < n; i++) out[i] = (offset + thin_wmat_get(w, 0, i)) * (s * x[i]);
 }
 
 void op_add_rmsnorm(float *x, const float *h, float *out, const thin_wmat *w, uint64_t n,
-                    float eps) {
+                    float eps, float offset) {
     op_add(x, h, n);
-    op_rmsnorm(out, x, w, n, eps);
+    op_rmsnorm(out, x, w, n, eps, offset);
 }
 
 void op_head_rmsnorm(float *x, const thin_wmat *w, uint64_t n_heads, uint64_t head_dim,
-                     float eps) {
+                     float eps, float offset) {
     for (uint64_t h = 0; h < n_heads; h++) {
         float *xh = x + h * head_dim;
-        op_rmsnorm(xh, xh, w, head_dim, eps);
+        op_rmsnorm(xh, xh, w, head_dim, eps, offset);
     }
 }
 
@@ -567,16 +570,16 @@ static void wsum_rows(float *const *out, const float *const *p, const uint64_t *
  * scratch: nv × (n0 + (nv - 1) dn) floats. */
 static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_t nv, uint64_t n0,
                    uint64_t dn, const uint8_t *kbase, const uint8_t *vbase, size_t pitch,
-                   thin_dtype dt, uint64_t head_dim, float *scratch) {
+                   thin_dtype dt, uint64_t head_dim, float scale, uint64_t window, float *scratch) {
     const uint64_t n_all = n0 + (nv - 1) * dn;
-    const float scale = 1.0f / sqrtf((float)head_dim);
     /* every vector's scores against every position (those past a vector's own are not used) */
     products(scratch, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, 0, n_all);
     for (uint32_t j = 0; j < nv; j++) {
         float *sj = scratch + (size_t)j * n_all;
-        const uint64_t n = n0 + j * dn;
-        for (uint64_t t = 0; t < n; t++) sj[t] *= scale;
-        softmax(sj, n);
+        const uint64_t n = n0 + j * dn, lo = window && n > window ? n - window : 0;
+        for (uint64_t t = lo; t < n; t++) sj[t] *= scale;
+        softmax(sj + lo, n - lo);
+        memset(sj, 0, lo * sizeof(float)); /* outside the window: weight 0, adding nothing */
         memset(out + j * os, 0, head_dim * sizeof(float));
     }
     for (uint32_t j = 0; j < nv; j += 2) {
@@ -591,7 +594,7 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
-                       float *scratch) {
+                       float scale, uint64_t window, float *scratch) {
     const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
     const size_t esz = thin_dtype_size(kv_dtype), pitch = kv_dim * esz;
     const uint8_t *kc = kcache, *vc = vcache;
@@ -599,7 +602,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         const uint64_t kvo = (h / group) * head_dim;
         if (nb > 1) { /* a prompt: one head, its rows the vectors */
             attend(out + h * head_dim, ldo, q + h * head_dim, ldq, nb, pos0 + 1, 1, kc + kvo * esz,
-                   vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
+                   vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, scratch);
             h++;
             continue;
         }
@@ -608,7 +611,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         if (he > h1) he = h1;
         if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
         attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h), pos0 + 1,
-               0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scratch);
+               0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, scratch);
         h = he;
     }
 }
@@ -617,6 +620,18 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
 
 void op_silu_mul(float *g, const float *u, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void op_gelu_tanh_mul(float *g, const float *u, uint64_t n) {
+    const double k = sqrt(2.0 / M_PI);
+    for (uint64_t i = 0; i < n; i++) {
+        const double x = g[i];
+        g[i] = (float)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))) * u[i]);
+    }
+}
+
+void op_scale(float *x, float s, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] *= s;
 }
 
 void op_add(float *x, const float *h, uint64_t n) {

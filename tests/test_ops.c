@@ -182,25 +182,32 @@ static void test_rmsnorm(void **state) {
     (void)state;
     float x[5] = {1, -2, 3, -4, 5}, w[5] = {1, 2, 1, 0.5f, 1}, out[5];
     thin_wmat wv = {w, THIN_DTYPE_F32, NULL, 1, 5};
-    op_rmsnorm(out, x, &wv, 5, 1e-5f);
+    op_rmsnorm(out, x, &wv, 5, 1e-5f, 0.0f);
     double ms = (1 + 4 + 9 + 16 + 25) / 5.0, s = 1.0 / sqrt(ms + 1e-5);
     for (int i = 0; i < 5; i++) assert_float_equal(out[i], x[i] * s * w[i], 1e-6);
     float h[5] = {1, 1, 1, 1, 1}, x2[5], out2[5];
     memcpy(x2, x, sizeof x);
-    op_add_rmsnorm(x2, h, out2, &wv, 5, 1e-5f);
+    op_add_rmsnorm(x2, h, out2, &wv, 5, 1e-5f, 0.0f);
     assert_float_equal(x2[1], -1.0f, 0);
     float xs[5];
     for (int i = 0; i < 5; i++) xs[i] = x[i] + 1;
-    op_rmsnorm(out, xs, &wv, 5, 1e-5f);
+    op_rmsnorm(out, xs, &wv, 5, 1e-5f, 0.0f);
     for (int i = 0; i < 5; i++) assert_float_equal(out2[i], out[i], 0);
+    op_rmsnorm(out, x, &wv, 5, 1e-5f, 1.0f); /* Gemma's weights, counted from 1 */
+    for (int i = 0; i < 5; i++) assert_float_equal(out[i], x[i] * s * (1 + w[i]), 1e-6);
 }
 
 static void test_head_rmsnorm(void **state) {
     (void)state;
     float x[8] = {1, 2, 3, 4, 10, 20, 30, 40}, w[4] = {1, 1, 1, 1};
     thin_wmat wv = {w, THIN_DTYPE_F32, NULL, 1, 4};
-    op_head_rmsnorm(x, &wv, 2, 4, 0.0f);
+    op_head_rmsnorm(x, &wv, 2, 4, 0.0f, 0.0f);
     for (int i = 0; i < 4; i++) assert_float_equal(x[i], x[i + 4], 1e-6);
+    float y[4] = {1, 2, 3, 4}, z[4] = {1, 2, 3, 4}, w0[4] = {0, 0, 0, 0};
+    thin_wmat w0v = {w0, THIN_DTYPE_F32, NULL, 1, 4};
+    op_head_rmsnorm(y, &wv, 1, 4, 1e-6f, 0.0f);
+    op_head_rmsnorm(z, &w0v, 1, 4, 1e-6f, 1.0f); /* 1 + 0 = the weights of 1 */
+    assert_memory_equal(y, z, sizeof y);
 }
 
 static void test_rope(void **state) {
@@ -276,7 +283,8 @@ static void test_attention_f32_and_bf16_cache(void **state) {
 /* op_attention_rows against op_attention_heads one row at a time, bit for bit: F32 and BF16
  * caches, head sizes with and without pieces of 32 and 8 elements, prompts starting at 0 and
  * later, 1..7 rows (pairs and a single one; one row takes a group's heads together), head ranges
- * that cut the groups, with the AVX-512 products and without. */
+ * that cut the groups, with the AVX-512 products and without; with sliding windows of 1 and 4
+ * positions, against the heads over the window's rows alone. */
 static void test_attention_rows_equal_one_at_a_time(void **state) {
     (void)state;
     enum { NH = 12, POS0 = 9, NB = 7 }; /* 12 or 6 query heads a KV head */
@@ -289,6 +297,7 @@ static void test_attention_rows_equal_one_at_a_time(void **state) {
                 const uint64_t NKV = kvt < 2 ? 2 : 1;
                 const uint64_t hd = dims[di], kv_dim = NKV * hd, ld = NH * hd + 3;
                 const size_t esz = kvt & 1 ? 2 : 4, n_all = POS0 + NB;
+                const float sc = 1.0f / sqrtf((float)hd);
                 void *kc = malloc(n_all * kv_dim * esz), *vc = malloc(n_all * kv_dim * esz);
                 float *k = malloc(kv_dim * sizeof(float)), *v = malloc(kv_dim * sizeof(float));
                 float *q = malloc(NB * ld * sizeof(float)), *out = malloc(NB * ld * sizeof(float));
@@ -304,16 +313,29 @@ static void test_attention_rows_equal_one_at_a_time(void **state) {
                 for (uint64_t pos0 = 0; pos0 <= POS0; pos0 += POS0)
                     for (uint32_t nb = 1; nb <= NB; nb++) {
                         /* head ranges that cut the groups, as threads may */
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 1, scratch);
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 1, 8, scratch);
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 8, NH, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 1, sc, 0, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 1, 8, sc, 0, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 8, NH, sc, 0, scratch);
                         for (int whole = 0; whole < 2; whole++) {
                             if (whole) /* every head in one call: groups of 12 go as 8 and 4 */
                                 op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb,
-                                                  0, NH, scratch);
+                                                  0, NH, sc, 0, scratch);
                             for (uint32_t i = 0; i < nb; i++) {
                                 op_attention_heads(want, q + i * ld, kc, vc, kv, NH, NKV, hd,
                                                    pos0 + i + 1, 0, NH, scratch);
+                                assert_memory_equal(out + i * ld, want, NH * hd * sizeof(float));
+                            }
+                        }
+                        /* a sliding window of w positions: row i sees positions pos0 + i - w + 1..,
+                         * as the heads over the cache from there do */
+                        for (uint64_t w = 1; w <= 4; w += 3) {
+                            op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, NH,
+                                              sc, w, scratch);
+                            for (uint32_t i = 0; i < nb; i++) {
+                                const uint64_t n = pos0 + i + 1, lo = n > w ? n - w : 0;
+                                op_attention_heads(want, q + i * ld, (const uint8_t *)kc + lo * kv_dim * esz,
+                                                   (const uint8_t *)vc + lo * kv_dim * esz, kv, NH, NKV,
+                                                   hd, n - lo, 0, NH, scratch);
                                 assert_memory_equal(out + i * ld, want, NH * hd * sizeof(float));
                             }
                         }
@@ -350,6 +372,16 @@ static void test_elementwise_and_argmax(void **state) {
     thin_wmat E = {emb, THIN_DTYPE_F32, NULL, 2, 3};
     op_embed(o, &E, 1);
     assert_float_equal(o[2], 6.0f, 0);
+    op_scale(o, 0.5f, 3);
+    assert_float_equal(o[2], 3.0f, 0);
+    float gg[4] = {0.0f, 1.0f, -3.0f, 10.0f}, uu[4] = {1.0f, 2.0f, 1.0f, 0.5f};
+    op_gelu_tanh_mul(gg, uu, 4);
+    for (int i = 0; i < 4; i++) {
+        const double xg = i == 0 ? 0.0 : i == 1 ? 1.0 : i == 2 ? -3.0 : 10.0;
+        const double want = 0.5 * xg * (1 + tanh(sqrt(2 / M_PI) * (xg + 0.044715 * xg * xg * xg))) * uu[i];
+        assert_float_equal(gg[i], want, 1e-6 * fabs(want) + 1e-12);
+    }
+    assert_float_equal(gg[1], 0.8411920 * 2, 1e-6); /* gelu_tanh(1) = 0.841192 */
 }
 
 int main(void) {

@@ -111,7 +111,7 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
     op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q], s->kcache[l],
                       s->vcache[l], s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim,
                       j->pos, j->nb, op->n_heads * part / n, op->n_heads * (part + 1) / n,
-                      s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
+                      plan_attn_scale(op), op->window, s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
 }
 
 /* A batch's attention: every row's K/V stored first (row i attends positions up to its own, so
@@ -143,12 +143,15 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
     const uint64_t *sz = s->p->buf_sizes;
     for (uint32_t i = j->nb * part / n; i < j->nb * (part + 1) / n; i++) {
         switch (op->kind) {
-        case PLAN_EMBED: op_embed(row(s, op->out, i), &op->w, (uint64_t)j->tokens[i]); break;
+        case PLAN_EMBED:
+            op_embed(row(s, op->out, i), &op->w, (uint64_t)j->tokens[i]);
+            if (op->embed_scale > 0) op_scale(row(s, op->out, i), op->embed_scale, sz[op->out]);
+            break;
         case PLAN_RMSNORM:
-            op_rmsnorm(row(s, op->out, i), row(s, op->in, i), &op->w, sz[op->in], op->eps);
+            op_rmsnorm(row(s, op->out, i), row(s, op->in, i), &op->w, sz[op->in], op->eps, op->norm_offset);
             break;
         case PLAN_HEAD_RMSNORM:
-            op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps);
+            op_head_rmsnorm(row(s, op->in, i), &op->w, op->n_heads, op->head_dim, op->eps, op->norm_offset);
             break;
         case PLAN_ROPE:
             op_rope(row(s, op->in, i), op->n_heads, op->head_dim, plan_rot_dim(op), j->pos + i,
@@ -156,6 +159,7 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
             break;
         case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_GELU_TANH_MUL: op_gelu_tanh_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_BIAS: op_add_bias(row(s, op->out, i), &op->w, sz[op->out]); break;
         case PLAN_LINEAR:
         case PLAN_ATTENTION: break;

@@ -426,6 +426,28 @@ static thin_status rope_table(builder *b, const json_t *sc, plan_op *op) {
     return THIN_OK;
 }
 
+/* Optional positive finite number `key` of op o into *out (left 0 when absent or null). */
+static thin_status op_positive(builder *b, const json_t *o, const char *key, float *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return THIN_OK;
+    const double d = json_number_value(v);
+    if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d > 3e38)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: %s is not a positive number", b->op, key);
+    *out = (float)d;
+    return THIN_OK;
+}
+
+/* A norm's optional "offset" (finite; the weights count from it, as Gemma's 1 + w). */
+static thin_status norm_offset(builder *b, const json_t *o, plan_op *op) {
+    const json_t *v = json_object_get(o, "offset");
+    if (!v || json_is_null(v)) return THIN_OK;
+    const double d = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(d) || fabs(d) > 1e6)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: offset is not a finite number", b->op);
+    op->norm_offset = (float)d;
+    return THIN_OK;
+}
+
 static thin_status compile_rope(builder *b, const json_t *o, plan_op *op) {
     thin_status st;
     if ((st = op_buf(b, o, "in", &op->in)) || (st = op_u32(b, o, "head_dim", &op->head_dim)))
@@ -463,6 +485,14 @@ static thin_status compile_attention(builder *b, const json_t *o, plan_op *op) {
     if (op->layer < 0 || (uint32_t)op->layer >= b->p->hp.n_layers)
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: attention layer %d out of range", b->op,
                     op->layer);
+    if ((st = op_positive(b, o, "scale", &op->attn_scale))) return st;
+    const json_t *w = json_object_get(o, "window");
+    if (w && !json_is_null(w)) {
+        if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > UINT32_MAX)
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: attention window is not a positive integer",
+                        b->op);
+        op->window = (uint32_t)json_integer_value(w);
+    }
     return THIN_OK;
 }
 
@@ -471,16 +501,18 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
     const uint64_t *sz = b->p->buf_sizes;
     switch (op->kind) {
     case PLAN_EMBED:
-        if ((st = op_buf(b, o, "out", &op->out))) return st;
+        if ((st = op_buf(b, o, "out", &op->out)) || (st = op_positive(b, o, "scale", &op->embed_scale)))
+            return st;
         return op_weight(b, o, op, b->p->hp.vocab_size, sz[op->out], roles_embed);
     case PLAN_RMSNORM:
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out)) ||
-            (st = same_size(b, op)))
+            (st = same_size(b, op)) || (st = norm_offset(b, o, op)))
             return st;
         op->eps = op_float(o, "eps", b->p->hp.rms_norm_eps);
         return op_weight(b, o, op, 0, sz[op->in], roles_norm);
     case PLAN_HEAD_RMSNORM:
-        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_u32(b, o, "head_dim", &op->head_dim)))
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_u32(b, o, "head_dim", &op->head_dim)) ||
+            (st = norm_offset(b, o, op)))
             return st;
         if (sz[op->in] % op->head_dim)
             return fail(b, THIN_E_SHAPE, "tape op %u: head_dim does not divide %s", b->op,
@@ -525,7 +557,7 @@ static const struct {
 } op_names[] = {{"embed", PLAN_EMBED},       {"rmsnorm", PLAN_RMSNORM}, {"linear", PLAN_LINEAR},
                 {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
                 {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL},
-                {"bias", PLAN_BIAS}};
+                {"bias", PLAN_BIAS},           {"gelu_tanh_mul", PLAN_GELU_TANH_MUL}};
 
 static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     const char *name = json_string_value(json_object_get(o, "op"));
@@ -547,6 +579,7 @@ static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     case PLAN_ATTENTION: return compile_attention(b, o, op);
     case PLAN_ADD:
     case PLAN_SILU_MUL:
+    case PLAN_GELU_TANH_MUL:
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
         return same_size(b, op);
     default: return compile_weighted(b, o, op);
@@ -796,6 +829,7 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
             break;
         case PLAN_ADD:
         case PLAN_SILU_MUL:
+        case PLAN_GELU_TANH_MUL:
             if (div[o->in] != div[o->out]) why = "one operand is divided over the devices, the other whole";
             break;
         case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */

@@ -8,6 +8,7 @@
 #ifndef THIN_PLAN_H
 #define THIN_PLAN_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "ops.h"
@@ -27,6 +28,7 @@ typedef enum plan_op_kind {
     PLAN_ADD = 7,          /* buf[out] += buf[in] */
     PLAN_SILU_MUL = 8,     /* buf[out] = silu(buf[out]) * buf[in] */
     PLAN_BIAS = 9,         /* buf[out] += w (a vector of buf[out]'s size; Qwen2's q/k/v biases) */
+    PLAN_GELU_TANH_MUL = 10, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma's MLP) */
 } plan_op_kind;
 
 typedef enum plan_split {
@@ -45,6 +47,11 @@ typedef struct plan_op {
     thin_role w_role;
     plan_split split;
     float eps;            /* RMSNORM, HEAD_RMSNORM */
+    float norm_offset;    /* RMSNORM, HEAD_RMSNORM: the norm multiplies by offset + w (Gemma's 1) */
+    float embed_scale;    /* EMBED: factor on the gathered row (Gemma's sqrt(hidden)); 0: none */
+    float attn_scale;     /* ATTENTION: factor on the scores; 0: 1/sqrt(head_dim) */
+    uint32_t window;      /* ATTENTION: positions a query sees, its own included (a sliding
+                             window); 0: all before it */
     float theta;          /* ROPE */
     const float *inv_freq;/* ROPE: rot_dim/2 precomputed frequencies (rope scaling), or NULL */
     float rope_scale;     /* ROPE: factor on cos and sin (LongRoPE's attention factor); 0 or 1: none */
@@ -60,6 +67,10 @@ typedef struct plan_op {
  * (plans built by hand leave them 0) resolved: 1, and the whole head. */
 static inline float plan_rope_scale(const plan_op *o) { return o->rope_scale > 0 ? o->rope_scale : 1.0f; }
 static inline uint32_t plan_rot_dim(const plan_op *o) { return o->rot_dim ? o->rot_dim : o->head_dim; }
+/* An ATTENTION op's factor on the scores, its default resolved. */
+static inline float plan_attn_scale(const plan_op *o) {
+    return o->attn_scale > 0 ? o->attn_scale : 1.0f / sqrtf((float)o->head_dim);
+}
 
 typedef struct plan_hparams {
     uint32_t vocab_size, hidden_size, intermediate_size;
