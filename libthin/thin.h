@@ -133,6 +133,8 @@ typedef enum thin_role {
     THIN_ROLE_Q_BIAS = 18,
     THIN_ROLE_K_BIAS = 19,
     THIN_ROLE_V_BIAS = 20,
+    THIN_ROLE_ATTN_POST_NORM = 21, /* a norm of the attention's output before its residual add (Gemma) */
+    THIN_ROLE_FFN_POST_NORM = 22,  /* a norm of the MLP's output before its residual add (Gemma) */
     THIN_ROLE_COUNT_
 } thin_role;
 

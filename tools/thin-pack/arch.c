@@ -1,6 +1,7 @@
 /* arch.c — config.json -> model hyperparameters and execution tape (see arch.h, SPEC.md §8, §10). */
 #include "arch.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,12 @@ typedef struct hp {
     unsigned char *rope;  /* n_layers flags: 1 = the layer applies RoPE */
     unsigned char *bias;  /* n_layers masks of the biases present: 1 q, 2 k, 4 v (Qwen2) */
     unsigned char *fused; /* n_layers masks of the fused weights: 1 qkv_proj, 2 gate_up_proj (Phi-3) */
+    /* Gemma 3 */
+    int gemma;            /* 1: Gemma's layer (norms counted from 1, four a layer, GELU MLP) */
+    unsigned char *sliding; /* n_layers flags: 1 = the layer's attention slides over `window` */
+    int64_t window;       /* sliding_window */
+    double local_theta;   /* the sliding layers' RoPE base (unscaled) */
+    double attn_scale;    /* query_pre_attn_scalar^-1/2 */
 } hp;
 
 typedef struct ctx {
@@ -46,6 +53,7 @@ const char *arch_family(const char *a)
         {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
         {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
+        {"Gemma3ForCausalLM", "gemma3"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -126,7 +134,7 @@ static double default_theta(const char *family)
 {
     if (strcmp(family, "smollm3") == 0)
         return 2000000.0;
-    if (strcmp(family, "qwen2") == 0 || strcmp(family, "qwen3") == 0)
+    if (strcmp(family, "qwen2") == 0 || strcmp(family, "qwen3") == 0 || strcmp(family, "gemma3") == 0)
         return 1000000.0;
     return 10000.0;
 }
@@ -210,9 +218,65 @@ static int read_rope(const ctx *c, hp *h)
     return 0;
 }
 
+/* A number member of the config that must be null or absent (Gemma 2's soft caps, which the
+ * tape cannot express): 0, or -1 with a warning. */
+static int must_be_null(const ctx *c, const char *key)
+{
+    const json_t *v = json_object_get(c->config, key);
+    if (v && !json_is_null(v)) {
+        warnf(c, "no execution tape: config.json sets %s, which the tape cannot express", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* Gemma 3: which layers slide (layer_types, else every layer but each sliding_window_pattern-th,
+ * default 6), the window, the sliding layers' RoPE base (rope_parameters.sliding_attention's, else
+ * rope_local_base_freq, default 1e4) and the attention's scale query_pre_attn_scalar^-1/2
+ * (default 256). Soft caps and bidirectional attention are refused. */
+static int read_gemma(const ctx *c, hp *h)
+{
+    int64_t every, qpas, win;
+    if (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping"))
+        return -1;
+    if (json_is_true(json_object_get(c->config, "use_bidirectional_attention"))) {
+        warnf(c, "no execution tape: config.json asks for bidirectional attention");
+        return -1;
+    }
+    if (get_int(c, "sliding_window", 1, (int64_t)1 << 32, 1, 4096, &win) ||
+        get_int(c, "sliding_window_pattern", 1, 1 << 16, 1, 6, &every) ||
+        get_int(c, "query_pre_attn_scalar", 1, (int64_t)1 << 32, 1, 256, &qpas) ||
+        get_real(c, "rope_local_base_freq", 10000.0, &h->local_theta))
+        return -1;
+    const json_t *rp = json_object_get(json_object_get(c->config, "rope_parameters"), "sliding_attention");
+    const json_t *lt = json_object_get(rp, "rope_theta");
+    if (json_is_number(lt) && json_number_value(lt) > 0)
+        h->local_theta = json_number_value(lt);
+    h->window = win;
+    h->attn_scale = 1.0 / sqrt((double)qpas);
+    if (!(h->sliding = malloc((size_t)h->n_layers)))
+        return -1;
+    const json_t *types = json_object_get(c->config, "layer_types");
+    if (types && !json_is_null(types) && (!json_is_array(types) || (int64_t)json_array_size(types) != h->n_layers)) {
+        warnf(c, "config.json: layer_types is not a list of %lld entries", (long long)h->n_layers);
+        return -1;
+    }
+    for (int64_t l = 0; l < h->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        if (json_is_array(types) && (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))) {
+            warnf(c, "config.json: layer_types[%lld] is neither sliding_attention nor full_attention",
+                  (long long)l);
+            return -1;
+        }
+        h->sliding[l] = t ? strcmp(t, "sliding_attention") == 0 : (l + 1) % every != 0;
+    }
+    return 0;
+}
+
 static int read_hparams(const ctx *c, hp *h)
 {
     const int64_t big = (int64_t)1 << 32;
+    h->gemma = roles_family_gemma(c->family);
     if (get_int(c, "vocab_size", 1, big, 0, 0, &h->vocab) ||
         get_int(c, "hidden_size", 1, big, 0, 0, &h->hidden) ||
         get_int(c, "intermediate_size", 1, big, 0, 0, &h->inter) ||
@@ -239,7 +303,7 @@ static int read_hparams(const ctx *c, hp *h)
      * context is capped at the window rather than attended differently past it. */
     const json_t *use = json_object_get(c->config, "use_sliding_window");
     const json_t *win = json_object_get(c->config, "sliding_window");
-    if ((use ? json_is_true(use) : json_is_integer(win)) && json_is_integer(win) &&
+    if (!h->gemma && (use ? json_is_true(use) : json_is_integer(win)) && json_is_integer(win) &&
         json_integer_value(win) > 0 && json_integer_value(win) < h->max_pos) {
         warnf(c, "config.json: attention slides over %lld positions: the context is capped there "
               "(max_position_embeddings %lld)", (long long)json_integer_value(win),
@@ -250,7 +314,7 @@ static int read_hparams(const ctx *c, hp *h)
     h->fused = calloc((size_t)h->n_layers, 1);
     if (!h->bias || !h->fused)
         return -1;
-    return rope_layers(c, h);
+    return rope_layers(c, h) || (h->gemma && read_gemma(c, h));
 }
 
 static json_t *id_list(const json_t *v)
@@ -289,7 +353,7 @@ static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, ui
     char name[128];
     uint32_t rank = 0;
     uint64_t shape[THIN_MAX_RANK];
-    if (roles_name(role, layer, name, sizeof name))
+    if (roles_name_family(c->family, role, layer, name, sizeof name))
         snprintf(name, sizeof name, "%s", thin_role_name(role));
     if (!c->lookup(c->user, name, &rank, shape)) {
         warnf(c, "no execution tape: tensor %s is missing", name);
@@ -349,7 +413,8 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     }
     int qn = has_name(c, "model.layers.%d.self_attn.q_norm.weight", l);
     int kn = has_name(c, "model.layers.%d.self_attn.k_norm.weight", l);
-    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0)) {
+    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !roles_family_gemma(c->family)) ||
+        (!qn && roles_family_gemma(c->family))) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
               c->family);
         return -1;
@@ -385,8 +450,15 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
             (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))) ||
             ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
             ((h->bias[l] & 2) && expect(c, THIN_ROLE_K_BIAS, l, kvd, 0)) ||
-            ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)))
+            ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)) ||
+            (h->gemma && (expect(c, THIN_ROLE_ATTN_POST_NORM, l, d, 0) ||
+                          expect(c, THIN_ROLE_FFN_POST_NORM, l, d, 0))))
             return -1;
+        if (h->gemma && (h->bias[l] || h->fused[l])) {
+            warnf(c, "no execution tape: layer %d of a Gemma model has biases or fused projections",
+                  (int)l);
+            return -1;
+        }
     }
     *qk_norm = any_qk == 1;
     if (expect(c, THIN_ROLE_EMBEDDING, -1, (uint64_t)h->vocab, d) ||
@@ -436,26 +508,37 @@ static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, c
     return push_linear_rows(ops, role, l, in, out, split, 0, 0);
 }
 
-static int push_rmsnorm(json_t *ops, thin_role role, int32_t l, double eps)
+static int push_norm_of(json_t *ops, const hp *h, thin_role role, int32_t l, const char *in,
+                        const char *out)
 {
     char w[128];
-    if (roles_name(role, l, w, sizeof w))
+    if (roles_name_family(h->gemma ? "gemma3" : NULL, role, l, w, sizeof w))
         return -1;
-    json_t *op = json_pack("{ss ss ss ss sf}", "op", "rmsnorm", "w", w, "in", "x", "out", "h",
-                           "eps", eps);
+    json_t *op = json_pack("{ss ss ss ss sf}", "op", "rmsnorm", "w", w, "in", in, "out", out,
+                           "eps", h->eps);
     if (op && l >= 0)
         json_object_set_new(op, "layer", json_integer(l));
+    if (op && h->gemma) /* Gemma's norm weights count from 1 */
+        json_object_set_new(op, "offset", json_real(1.0));
     return push(ops, op);
+}
+
+static int push_rmsnorm(json_t *ops, const hp *h, thin_role role, int32_t l)
+{
+    return push_norm_of(ops, h, role, l, "x", "h");
 }
 
 static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 {
+    /* Gemma 3's sliding layers rotate at their own base, unscaled */
+    const int local = h->gemma && h->sliding[l];
     json_t *op = json_pack("{ss ss sI sf si}", "op", "rope", "in", buf, "head_dim",
-                           (json_int_t)h->head_dim, "theta", h->theta, "layer", (int)l);
+                           (json_int_t)h->head_dim, "theta", local ? h->local_theta : h->theta,
+                           "layer", (int)l);
     if (op && h->rot_dim < h->head_dim)
         json_object_set_new(op, "rot_dim", json_integer(h->rot_dim));
-    if (op && json_is_object(h->rope_scaling))
-        json_object_set_new(op, "scaling", json_deep_copy(h->rope_scaling));
+    if (op && json_is_object(h->rope_scaling)) /* null: none, rather than the hparams' */
+        json_object_set_new(op, "scaling", local ? json_null() : json_deep_copy(h->rope_scaling));
     return push(ops, op);
 }
 
@@ -463,7 +546,7 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
 {
     char w[128];
     const int64_t qd = h->n_heads * h->head_dim, kvd = h->n_kv * h->head_dim;
-    int rc = push_rmsnorm(ops, THIN_ROLE_ATTN_NORM, l, h->eps) ||
+    int rc = push_rmsnorm(ops, h, THIN_ROLE_ATTN_NORM, l) ||
              (h->fused[l] & 1
                   ? push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "q", "col", 0, qd) ||
                         push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "k", "col", qd, qd + kvd) ||
@@ -483,32 +566,44 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
                                  "layer", (int)l));
     }
     for (int i = 0; !rc && qk_norm && i < 2; i++) {
-        rc = roles_name(i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w) ||
-             push(ops, json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
-                                 i ? "k" : "q", "head_dim", (json_int_t)h->head_dim, "eps",
-                                 h->eps, "layer", (int)l));
+        if ((rc = roles_name(i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
+            break;
+        json_t *op = json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
+                               i ? "k" : "q", "head_dim", (json_int_t)h->head_dim, "eps", h->eps,
+                               "layer", (int)l);
+        if (op && h->gemma)
+            json_object_set_new(op, "offset", json_real(1.0));
+        rc = push(ops, op);
     }
     if (!rc && h->rope[l])
         rc = push_rope(ops, h, l, "q") || push_rope(ops, h, l, "k");
-    return rc ||
-           push(ops, json_pack("{ss ss ss ss ss si sI sI sI}", "op", "attention", "q", "q", "k",
-                               "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
-                               (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
-                               "head_dim", (json_int_t)h->head_dim)) ||
-           push_linear(ops, THIN_ROLE_O, l, "att", "h", "row") ||
+    json_t *att = rc ? NULL
+                     : json_pack("{ss ss ss ss ss si sI sI sI}", "op", "attention", "q", "q", "k",
+                                 "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
+                                 (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
+                                 "head_dim", (json_int_t)h->head_dim);
+    if (att && h->gemma) { /* query_pre_attn_scalar's scale; the sliding layers' window */
+        json_object_set_new(att, "scale", json_real(h->attn_scale));
+        if (h->sliding[l])
+            json_object_set_new(att, "window", json_integer(h->window));
+    }
+    return rc || push(ops, att) || push_linear(ops, THIN_ROLE_O, l, "att", "h", "row") ||
+           (h->gemma && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 
 static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
 {
     const int64_t f = h->inter;
-    return push_rmsnorm(ops, THIN_ROLE_FFN_NORM, l, h->eps) ||
+    return push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l) ||
            (h->fused[l] & 2 ? push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "g", "col", 0, f) ||
                                   push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "u", "col", f, 2 * f)
                             : push_linear(ops, THIN_ROLE_GATE, l, "h", "g", "col") ||
                                   push_linear(ops, THIN_ROLE_UP, l, "h", "u", "col")) ||
-           push(ops, json_pack("{ss ss ss}", "op", "silu_mul", "in", "u", "out", "g")) ||
+           push(ops, json_pack("{ss ss ss}", "op", h->gemma ? "gelu_tanh_mul" : "silu_mul", "in", "u",
+                               "out", "g")) ||
            push_linear(ops, THIN_ROLE_DOWN, l, "g", "h", "row") ||
+           (h->gemma && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 
@@ -523,11 +618,13 @@ static json_t *build_tape(const hp *h, int qk_norm)
                              (json_int_t)h->inter, "logits", (json_int_t)h->vocab, "ops", ops);
     if (!tape)
         return NULL;
-    int rc = push(ops, json_pack("{ss ss ss}", "op", "embed", "w", "model.embed_tokens.weight",
-                                 "out", "x"));
+    json_t *emb = json_pack("{ss ss ss}", "op", "embed", "w", "model.embed_tokens.weight", "out", "x");
+    if (emb && h->gemma) /* Gemma scales the embedding by sqrt(hidden_size) */
+        json_object_set_new(emb, "scale", json_real(sqrt((double)h->hidden)));
+    int rc = push(ops, emb);
     for (int32_t l = 0; !rc && l < h->n_layers; l++)
         rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);
-    rc = rc || push_rmsnorm(ops, THIN_ROLE_FINAL_NORM, -1, h->eps) ||
+    rc = rc || push_rmsnorm(ops, h, THIN_ROLE_FINAL_NORM, -1) ||
          push_linear(ops, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col");
     if (rc) {
         json_decref(tape);
@@ -539,9 +636,14 @@ static json_t *build_tape(const hp *h, int qk_norm)
 /* The activation, and a rotated part of each head that the tape can state (read_rot_dim). */
 static int check_act(const ctx *c, const hp *h)
 {
-    const json_t *act = json_object_get(c->config, "hidden_act");
-    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
-        warnf(c, "no execution tape: hidden_act is not \"silu\"");
+    /* Gemma: hidden_activation (older configs hidden_act), the tanh form of GELU */
+    const json_t *act = json_object_get(c->config, h->gemma ? "hidden_activation" : "hidden_act");
+    if (h->gemma && !act)
+        act = json_object_get(c->config, "hidden_act");
+    const char *want = h->gemma ? "gelu_pytorch_tanh" : "silu";
+    if ((act || h->gemma) && !(json_is_string(act) && strcmp(json_string_value(act), want) == 0)) {
+        warnf(c, "no execution tape: %s is not \"%s\"", h->gemma ? "hidden_activation" : "hidden_act",
+              want);
         return -1;
     }
     if (!h->rot_dim) {
@@ -593,6 +695,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
     free(h.rope);
     free(h.bias);
     free(h.fused);
+    free(h.sliding);
     json_decref(h.rope_scaling);
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "cli.h"
 #include "gguf_vocab.h"
 #include "roles.h"
@@ -52,7 +53,7 @@ int pack_plan_shard(pack *p, const st_header *h, const char *label)
                              p->t[json_integer_value(prev)].shard);
         pack_tensor *t = &p->t[p->n_t];
         memset(t, 0, sizeof *t);
-        roles_kind k = roles_map(s->name, &t->role, &t->layer);
+        roles_kind k = roles_map_family(p->family, s->name, &t->role, &t->layer);
         if (k == ROLES_UNKNOWN)
             note_name(p->unknown_names, sizeof p->unknown_names, &p->n_unknown, s->name);
         if (k == ROLES_BIAS)
@@ -185,6 +186,11 @@ int pack_take_side(pack *p, const char *base, uint8_t *data, size_t size)
     p->side[i].name = strdup(base);
     p->side[i].data = data;
     p->side[i].size = size;
+    if (i == 0) { /* config.json: the family names the roles of the tensors planned after it */
+        json_t *cfg = json_loadb((const char *)data, size, 0, NULL);
+        p->family = arch_family(json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)));
+        json_decref(cfg);
+    }
     return p->side[i].name ? 0 : pack_fail("out of memory");
 }
 

@@ -89,7 +89,8 @@ int pack_disk(pack *p, source_kind kind)
     d.maps = calloc(d.n, sizeof *d.maps);
     d.hdrs = calloc(d.n, sizeof *d.hdrs);
     int rc = !d.maps || !d.hdrs ? pack_fail("out of memory") : 0;
-    rc = rc || validate(p, &d, paths) || read_sides(p, folder) || pack_open_writer(p) ||
+    /* the side files first: config.json's family names the tensors' roles */
+    rc = rc || read_sides(p, folder) || validate(p, &d, paths) || pack_open_writer(p) ||
          write_all(p, &d) || pack_finish(p);
     for (size_t i = 0; i < d.n; i++) {
         if (d.maps)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "roles.h"
 #include "cli.h"
 
 int pack_check_weight_map(pack *p)
@@ -195,6 +196,19 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie)
         cli_warn("no config.json: packed without hyperparameters or execution tape");
     else if (arch_build(config, lookup, p, on_warn, why, &am))
         return pack_fail("out of memory");
+    if (am.tape && roles_family_gemma(am.family))
+        for (size_t i = 0; i < p->n_t; i++) {
+            thin_role r;
+            int32_t l;
+            roles_map_family(am.family, p->t[i].name, &r, &l);
+            if (r != p->t[i].role) { /* tagged before config.json was read (an archive's order) */
+                on_warn(why, "no execution tape: config.json came after the weights, whose Gemma "
+                             "norms were tagged as Llama's; put it first in the archive");
+                json_decref(am.tape);
+                am.tape = NULL;
+                break;
+            }
+        }
     hash_rest(p, hex);
     *model = json_pack("{ss ss so}", "architecture", am.architecture, "family", am.family,
                        "provenance", provenance(p, hex));

@@ -48,6 +48,8 @@ typedef struct pack {
     uint8_t *cvt;             /* conversion buffer, PACK_BLOCK bytes */
     uint8_t *buf;             /* stream read buffer, PACK_BLOCK bytes */
     int hash_sides;           /* side files go into the source digest (inputs on disk) */
+    const char *family;       /* config.json's family (arch_family) once it has been read, else
+                                 NULL: the tensors planned before it are named as Llama names them */
 } pack;
 
 #define PACK_BLOCK ((size_t)4 << 20)

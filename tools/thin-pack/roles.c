@@ -47,6 +47,24 @@ static const struct {
 };
 #define N_GLOBAL_NAMES (sizeof global_names / sizeof global_names[0])
 
+/* Gemma's norms ("model.layers.N." + suffix + ".weight"): four a layer, the attention's and the
+ * MLP's output normalized before each residual add, so post_attention_layernorm is not the MLP's
+ * input norm that Llama's is. */
+static const struct {
+    const char *suffix;
+    thin_role role;
+} gemma_names[] = {
+    {"post_attention_layernorm", THIN_ROLE_ATTN_POST_NORM},
+    {"pre_feedforward_layernorm", THIN_ROLE_FFN_NORM},
+    {"post_feedforward_layernorm", THIN_ROLE_FFN_POST_NORM},
+};
+#define N_GEMMA_NAMES (sizeof gemma_names / sizeof gemma_names[0])
+
+int roles_family_gemma(const char *family)
+{
+    return family && strcmp(family, "gemma3") == 0;
+}
+
 static int ends_with(const char *s, size_t n, const char *suffix)
 {
     size_t k = strlen(suffix);
@@ -145,4 +163,31 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
         if (bias_names[i].role == role && layer >= 0)
             n = snprintf(buf, cap, "model.layers.%d.%s.bias", (int)layer, bias_names[i].suffix);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer)
+{
+    const char *rest = "";
+    const int32_t l = roles_family_gemma(family) ? layer_prefix(name, &rest) : -1;
+    const size_t n = l >= 0 ? strlen(rest) : 0;
+    for (size_t i = 0; l >= 0 && i < N_GEMMA_NAMES; i++) {
+        const size_t k = strlen(gemma_names[i].suffix);
+        if (n == k + strlen(".weight") && memcmp(rest, gemma_names[i].suffix, k) == 0 &&
+            strcmp(rest + k, ".weight") == 0) {
+            *role = gemma_names[i].role;
+            *layer = l;
+            return ROLES_KNOWN;
+        }
+    }
+    return roles_map(name, role, layer);
+}
+
+int roles_name_family(const char *family, thin_role role, int32_t layer, char *buf, size_t cap)
+{
+    for (size_t i = 0; layer >= 0 && roles_family_gemma(family) && i < N_GEMMA_NAMES; i++)
+        if (gemma_names[i].role == role) {
+            int n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer, gemma_names[i].suffix);
+            return n < 0 || (size_t)n >= cap ? -1 : 0;
+        }
+    return roles_name(role, layer, buf, cap);
 }

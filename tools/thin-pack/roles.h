@@ -26,4 +26,15 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer);
  * written into buf. Returns 0, or -1 for a role without a canonical name or a short buffer. */
 int roles_name(thin_role role, int32_t layer, char *buf, size_t cap);
 
+/* Whether `family` (arch_family's name, or NULL) names its norms as Gemma does. */
+int roles_family_gemma(const char *family);
+
+/* roles_map for a model of `family` (NULL: not known): Gemma's post_attention_layernorm is
+ * attn_post_norm, pre_feedforward_layernorm ffn_norm and post_feedforward_layernorm
+ * ffn_post_norm; other names and families as roles_map. */
+roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer);
+
+/* roles_name for a model of `family`: Gemma's norms under Gemma's names. */
+int roles_name_family(const char *family, thin_role role, int32_t layer, char *buf, size_t cap);
+
 #endif /* THIN_PACK_ROLES_H */
