@@ -233,16 +233,10 @@ static int must_be_null(const ctx *c, const char *key)
 /* Gemma 3: which layers slide (layer_types, else every layer but each sliding_window_pattern-th,
  * default 6), the window, the sliding layers' RoPE base (rope_parameters.sliding_attention's, else
  * rope_local_base_freq, default 1e4) and the attention's scale query_pre_attn_scalar^-1/2
- * (default 256). Soft caps and bidirectional attention are refused. */
+ * (default 256). */
 static int read_gemma(const ctx *c, hp *h)
 {
     int64_t every, qpas, win;
-    if (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping"))
-        return -1;
-    if (json_is_true(json_object_get(c->config, "use_bidirectional_attention"))) {
-        warnf(c, "no execution tape: config.json asks for bidirectional attention");
-        return -1;
-    }
     if (get_int(c, "sliding_window", 1, (int64_t)1 << 32, 1, 4096, &win) ||
         get_int(c, "sliding_window_pattern", 1, 1 << 16, 1, 6, &every) ||
         get_int(c, "query_pre_attn_scalar", 1, (int64_t)1 << 32, 1, 256, &qpas) ||
@@ -640,6 +634,13 @@ static int check_act(const ctx *c, const hp *h)
     const json_t *act = json_object_get(c->config, h->gemma ? "hidden_activation" : "hidden_act");
     if (h->gemma && !act)
         act = json_object_get(c->config, "hidden_act");
+    /* Gemma 2's soft caps and an encoder's bidirectional attention: not in the tape */
+    if (h->gemma && (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping")))
+        return -1;
+    if (h->gemma && json_is_true(json_object_get(c->config, "use_bidirectional_attention"))) {
+        warnf(c, "no execution tape: config.json asks for bidirectional attention");
+        return -1;
+    }
     const char *want = h->gemma ? "gelu_pytorch_tanh" : "silu";
     if ((act || h->gemma) && !(json_is_string(act) && strcmp(json_string_value(act), want) == 0)) {
         warnf(c, "no execution tape: %s is not \"%s\"", h->gemma ? "hidden_activation" : "hidden_act",
