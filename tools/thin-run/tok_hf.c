@@ -5,7 +5,8 @@
  * ignore_merges, unk_token); added_tokens (special ones matched with parse_special, the others
  * always; lstrip/rstrip); normalizer null / Sequence / Replace (String or Regex) / Prepend /
  * NFC / NFD / NFKC / NFKD (Qwen2 and Qwen3 use NFC);
- * pre_tokenizer null / Sequence / Split (Regex, Isolated, not inverted) / ByteLevel (no prefix
+ * pre_tokenizer null / Sequence / Split (Regex or String; Isolated, MergedWithPrevious,
+ * MergedWithNext or Contiguous; not inverted: Gemma's is a String one) / ByteLevel (no prefix
  * space; use_regex adds GPT-2's pattern) / Metaspace ("▁"; prepend_scheme always, first or never;
  * split); decoder null / Sequence / Replace / ByteFallback / Fuse / Strip (spaces) / ByteLevel /
  * Metaspace; post_processor TemplateProcessing (a leading special token = BOS).
@@ -142,15 +143,54 @@ static int add_split(hf *h, const char *re, size_t len)
     return 0;
 }
 
+/* A Split pre-tokenizer: its pattern (a Regex, or a String matched literally) with the behavior
+ * of its matches, as one pattern whose matches and the text between them are the pieces
+ * (split_level's way, which is Isolated's): Isolated as given; MergedWithPrevious as "text
+ * without a match, then a match, or text without a match to the end" (each match joins the
+ * piece before it), MergedWithNext the mirror; Contiguous as runs of matches. Removed and
+ * inverted splits are refused. */
 static int pre_split(hf *h, json_t *p)
 {
-    json_t *re = json_object_get(json_object_get(p, "pattern"), "Regex");
+    json_t *pat = json_object_get(p, "pattern");
+    json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
     json_t *beh = json_object_get(p, "behavior"), *inv = json_object_get(p, "invert");
-    if (!json_is_string(re))
-        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: only Regex patterns supported");
-    if (!json_is_string(beh) || strcmp(json_string_value(beh), "Isolated") || json_is_true(inv))
-        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: only Isolated, not inverted");
-    return add_split(h, json_string_value(re), json_string_length(re));
+    const char *b = json_string_value(beh);
+    if (!json_is_string(re) && !(json_is_string(str) && json_string_length(str) > 0))
+        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: no Regex or String pattern");
+    if (!b || json_is_true(inv) ||
+        (strcmp(b, "Isolated") && strcmp(b, "MergedWithPrevious") && strcmp(b, "MergedWithNext") &&
+         strcmp(b, "Contiguous")))
+        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: only Isolated, MergedWithPrevious, "
+                        "MergedWithNext or Contiguous, not inverted");
+    /* the pattern as a group: a String's bytes escaped one by one */
+    const char *src = json_string_value(re ? re : str);
+    const size_t n = json_string_length(re ? re : str);
+    if (memchr(src, 0, n))
+        return cli_fail(h->err, h->errlen, "Split pre-tokenizer: a pattern with a NUL character");
+    char *d = malloc(2 * n + 8);
+    if (!d)
+        return cli_fail(h->err, h->errlen, "out of memory");
+    size_t k = 0;
+    d[k++] = '(', d[k++] = '?', d[k++] = ':';
+    for (size_t i = 0; i < n; i++) {
+        if (!re && strchr("\\^$.|?*+()[]{}#- ", src[i]) && src[i])
+            d[k++] = '\\';
+        d[k++] = src[i];
+    }
+    d[k++] = ')';
+    d[k] = '\0';
+    char *full = NULL;
+    int len = !strcmp(b, "Isolated") ? asprintf(&full, "%s", d)
+              : !strcmp(b, "Contiguous") ? asprintf(&full, "%s+", d)
+              : !strcmp(b, "MergedWithPrevious")
+                  ? asprintf(&full, "(?:(?!%s)[\\s\\S])*%s|(?:(?!%s)[\\s\\S])+", d, d, d)
+                  : asprintf(&full, "%s(?:(?!%s)[\\s\\S])*|(?:(?!%s)[\\s\\S])+", d, d, d);
+    free(d);
+    if (len < 0)
+        return cli_fail(h->err, h->errlen, "out of memory");
+    int rc = add_split(h, full, (size_t)len);
+    free(full);
+    return rc;
 }
 
 static int pre_bytelevel(hf *h, json_t *p)
