@@ -1,6 +1,6 @@
 /*
  * test_chat.c — the --chat prompt: SmolLM3's template for one turn (default thinking, /no_think,
- * a system message, /system_override), ChatML, and template detection.
+ * a system message, /system_override), ChatML, Llama 3, Mistral, Gemma, and template detection.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -205,6 +205,25 @@ static void test_chat_mistral(void **state)
     assert_non_null(strstr(err, "no system message"));
 }
 
+/* Gemma 3's template (its turns, the system message at the start of the first user turn) */
+static const char tpl_gemma3[] =
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+    "messages[0]['content'] + '\\n\\n' -%}{%- endif -%}{{ '<start_of_turn>' + role + '\\n' }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{{'<start_of_turn>model\\n'}}";
+
+static void test_chat_gemma(void **state)
+{
+    (void)state;
+    assert_int_equal(chat_detect(tpl_gemma3), CHAT_FORMAT_GEMMA);
+    assert_string_equal(chat_stop_text(CHAT_FORMAT_GEMMA), "<end_of_turn>");
+    char *s = render_tpl(tpl_gemma3, NULL, NULL, " Hi \n");
+    assert_string_equal(s, "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    free(s);
+    s = render_tpl(tpl_gemma3, "Be brief.", NULL, "Hi");
+    assert_string_equal(s, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_chat_llama3),
         cmocka_unit_test(test_chat_qwen25_default_system),
         cmocka_unit_test(test_chat_mistral),
+        cmocka_unit_test(test_chat_gemma),
     };
     return cmocka_run_group_tests_name("chat", tests, NULL, NULL);
 }

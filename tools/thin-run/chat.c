@@ -35,6 +35,8 @@ chat_format chat_detect(const char *tpl)
 {
     if (tpl && strstr(tpl, "[INST]") && strstr(tpl, "[/INST]"))
         return CHAT_FORMAT_MISTRAL;
+    if (tpl && strstr(tpl, "<start_of_turn>") && strstr(tpl, "<end_of_turn>"))
+        return CHAT_FORMAT_GEMMA;
     if (tpl && strstr(tpl, "<|start_header_id|>") && strstr(tpl, "<|eot_id|>"))
         return strstr(tpl, "Cutting Knowledge Date") ? CHAT_FORMAT_LLAMA31 : CHAT_FORMAT_LLAMA3;
     if (!tpl || !strstr(tpl, "<|im_start|>"))
@@ -65,6 +67,7 @@ const char *chat_stop_text(chat_format format)
     case CHAT_FORMAT_LLAMA3:
     case CHAT_FORMAT_LLAMA31: return "<|eot_id|>";
     case CHAT_FORMAT_MISTRAL: return "</s>";
+    case CHAT_FORMAT_GEMMA: return "<end_of_turn>";
     default: return NULL;
     }
 }
@@ -234,10 +237,10 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
     int think = 0;
     *out = NULL;
     *len = 0;
-    if (o->format < CHAT_FORMAT_CHATML || o->format > CHAT_FORMAT_MISTRAL) {
+    if (o->format < CHAT_FORMAT_CHATML || o->format > CHAT_FORMAT_GEMMA) {
         if (err && errlen)
             snprintf(err, errlen,
-                     "no supported chat template (need SmolLM3, ChatML, Llama 3 or Mistral)");
+                     "no supported chat template (need SmolLM3, ChatML, Llama 3, Mistral or Gemma)");
         return -1;
     }
     if (o->format == CHAT_FORMAT_MISTRAL && o->system && !o->takes_system) {
@@ -245,7 +248,15 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
             snprintf(err, errlen, "this chat template takes no system message");
         return -1;
     }
-    if (o->format == CHAT_FORMAT_MISTRAL) {
+    if (o->format == CHAT_FORMAT_GEMMA) {
+        sb_str(&b, "<bos><start_of_turn>user\n");
+        if (o->system) {
+            sb_str(&b, o->system);
+            sb_str(&b, "\n\n");
+        }
+        sb_trim(&b, user ? user : "");
+        sb_str(&b, "<end_of_turn>\n<start_of_turn>model\n");
+    } else if (o->format == CHAT_FORMAT_MISTRAL) {
         sb_str(&b, "<s>[INST] ");
         if (o->system) {
             sb_str(&b, o->system);

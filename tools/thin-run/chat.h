@@ -11,7 +11,10 @@
  *   it calls strftime_now, today's as "%d %b %Y";
  * or as Mistral's [INST] format: "<s>[INST] " + user + " [/INST]" (" [/INST]" without its space
  * where the template writes "[/INST]" alone, as v0.3's does); a system message goes before the
- * user's, + "\n\n", where the template has a system_message, and is refused where it has none.
+ * user's, + "\n\n", where the template has a system_message, and is refused where it has none;
+ * or as Gemma's turns: "<bos><start_of_turn>user\n" [+ system + "\n\n"] + user (trimmed) +
+ * "<end_of_turn>\n<start_of_turn>model\n" (Gemma 3's template puts a system message at the start of
+ * the first user turn).
  *
  * SmolLM3 rendering, for one turn with add_generation_prompt:
  *   "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: DD Month YYYY\n"
@@ -40,6 +43,7 @@ typedef enum chat_format {
     CHAT_FORMAT_LLAMA3 = 3,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     CHAT_FORMAT_LLAMA31 = 4, /* the same with Llama 3.1's dated system block */
     CHAT_FORMAT_MISTRAL = 5, /* <s>[INST] user [/INST] */
+    CHAT_FORMAT_GEMMA = 6,   /* <bos><start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n */
 } chat_format;
 
 typedef enum chat_think {
