@@ -96,7 +96,7 @@ static void print_summary(FILE *out, const json_t *m, const show_filter *f, cons
     const char *k;
     fprintf(out, "\nby %s:\n", key);
     json_object_foreach(s, k, e)
-        fprintf(out, "  %-12s %6lld tensors %14lld bytes %6.2f%%\n", k,
+        fprintf(out, "  %-14s %6lld tensors %14lld bytes %6.2f%%\n", k,
                 (long long)json_integer_value(json_object_get(e, "tensors")),
                 (long long)json_integer_value(json_object_get(e, "bytes")),
                 100.0 * json_real_value(json_object_get(e, "share")));
@@ -148,7 +148,7 @@ void show_text(FILE *out, const show_file *sf, const show_filter *f)
             json_array_size(json_object_get(m, "blobs")), (unsigned long long)sf->size,
             sf->digest);
     print_model(out, m);
-    fprintf(out, "\n%-52s %-10s %5s %-8s %-16s %12s %12s %6s\n", "name", "role", "layer", "dtype",
+    fprintf(out, "\n%-52s %-14s %5s %-8s %-16s %12s %12s %6s\n", "name", "role", "layer", "dtype",
             "shape", "bytes", "stored", "chunks");
     size_t i;
     json_t *t;
@@ -158,7 +158,7 @@ void show_text(FILE *out, const show_file *sf, const show_filter *f)
             continue;
         shape_text(t, shape, sizeof shape);
         const char *tied = str(t, "tied_to", NULL);
-        fprintf(out, "%-52s %-10s %5lld %-8s %-16s %12llu %12llu %6zu%s%s\n", str(t, "name", "?"),
+        fprintf(out, "%-52s %-14s %5lld %-8s %-16s %12llu %12llu %6zu%s%s\n", str(t, "name", "?"),
                 str(t, "role", "other"), layer_of(t), str(t, "dtype", "?"), shape,
                 (unsigned long long)(tied ? 0 : u64(t, "nbytes")),
                 (unsigned long long)stored_of(t), json_array_size(json_object_get(t, "chunks")),
@@ -184,7 +184,7 @@ int show_tape(FILE *out, const json_t *m)
     fprintf(out, "\n");
     json_array_foreach(json_object_get(tape, "ops"), i, op) {
         const json_t *l = json_object_get(op, "layer");
-        fprintf(out, "%5zu  %-4s %-12s", i, "", str(op, "op", "?"));
+        fprintf(out, "%5zu  %-4s %-13s", i, "", str(op, "op", "?"));
         if (json_is_integer(l))
             fprintf(out, " L%-3lld", (long long)json_integer_value(l));
         else
