@@ -1,4 +1,5 @@
 /* test_arch.c — config.json -> hparams and execution tape (SPEC.md §8, §10). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -305,6 +306,123 @@ static void test_qwen3_head_norms_and_scaling(void **state)
     (void)state;
 }
 
+/* Gemma 3's tensors: the Llama set with q/k norms, plus its pre- and post-feedforward norms. */
+static json_t *gemma_tensors(int layers)
+{
+    json_t *s = llama_tensors(layers, 32, 64, 4, 2, 16, 50, 0, 1);
+    char n[128];
+    for (int l = 0; l < layers; l++) {
+        snprintf(n, sizeof n, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+        put(s, n, 32, 0);
+        snprintf(n, sizeof n, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        put(s, n, 32, 0);
+    }
+    return s;
+}
+
+/* The ops of kind `name` in layer l, in order, into out (at most 8); returns their count. */
+static int ops_of(const arch_model *m, const char *name, int l, const json_t **out)
+{
+    int k = 0;
+    for (size_t i = 0; i < n_ops(m) && k < 8; i++)
+        if (!strcmp(field(op(m, i), "op"), name) &&
+            json_integer_value(json_object_get(op(m, i), "layer")) == l)
+            out[k++] = op(m, i);
+    return k;
+}
+
+/* Gemma 3: layer_types (here as transformers 5 writes them, with rope_parameters per layer type),
+ * the window and local base on the sliding layers, scaling on the full ones only, the four norms
+ * with offset 1, the embedding's and the attention's scales, gelu_tanh_mul; sliding_window_pattern
+ * when layer_types is absent; refusals that keep the hyperparameters. */
+static void test_gemma3(void **state)
+{
+    (void)state;
+    json_t *cfg = json_pack(
+        "{s[s] si si si si si si si sb si si s[sss] s{s{ss sf sf} s{ss sf}} ss sn}", "architectures",
+        "Gemma3ForCausalLM", "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 3,
+        "num_attention_heads", 4, "num_key_value_heads", 2, "head_dim", 16, "vocab_size", 50,
+        "tie_word_embeddings", 1, "sliding_window", 512, "query_pre_attn_scalar", 64, "layer_types",
+        "sliding_attention", "full_attention", "sliding_attention", "rope_parameters",
+        "full_attention", "rope_type", "linear", "factor", 8.0, "rope_theta", 1e6,
+        "sliding_attention", "rope_type", "default", "rope_theta", 5e3, "hidden_activation",
+        "gelu_pytorch_tanh", "final_logit_softcapping");
+    json_t *set = gemma_tensors(3);
+    arch_model m;
+    n_warnings = 0;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    if (!m.tape)
+        fail_msg("no tape: %s", last_warning);
+    assert_string_equal(m.family, "gemma3");
+    const json_t *o[8];
+    assert_int_equal(ops_of(&m, "attention", 0, o), 1);
+    assert_int_equal(json_integer_value(json_object_get(o[0], "window")), 512);
+    assert_float_equal(json_real_value(json_object_get(o[0], "scale")), 0.125, 1e-12);
+    assert_int_equal(ops_of(&m, "attention", 1, o), 1);
+    assert_null(json_object_get(o[0], "window"));
+    assert_int_equal(ops_of(&m, "rope", 2, o), 2);
+    assert_float_equal(json_real_value(json_object_get(o[0], "theta")), 5e3, 0);
+    assert_true(json_is_null(json_object_get(o[0], "scaling")));
+    assert_int_equal(ops_of(&m, "rope", 1, o), 2);
+    assert_float_equal(json_real_value(json_object_get(o[0], "theta")), 1e6, 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(o[0], "scaling"), "rope_type")),
+                        "linear");
+    assert_int_equal(ops_of(&m, "rmsnorm", 1, o), 4);
+    static const char *const norms[4] = {"input_layernorm", "post_attention_layernorm",
+                                         "pre_feedforward_layernorm", "post_feedforward_layernorm"};
+    for (int i = 0; i < 4; i++) {
+        assert_non_null(strstr(field(o[i], "w"), norms[i]));
+        assert_float_equal(json_real_value(json_object_get(o[i], "offset")), 1.0, 0);
+    }
+    assert_string_equal(field(o[1], "in"), "h");
+    assert_string_equal(field(o[3], "out"), "h");
+    assert_int_equal(ops_of(&m, "head_rmsnorm", 0, o), 2);
+    assert_float_equal(json_real_value(json_object_get(o[1], "offset")), 1.0, 0);
+    int gelu = 0, silu = 0;
+    for (size_t i = 0; i < n_ops(&m); i++)
+        gelu += !strcmp(field(op(&m, i), "op"), "gelu_tanh_mul"), silu += !strcmp(field(op(&m, i), "op"), "silu_mul");
+    assert_int_equal(gelu, 3);
+    assert_int_equal(silu, 0);
+    assert_float_equal(json_real_value(json_object_get(op(&m, 0), "scale")), sqrt(32.0), 1e-12);
+    arch_model_free(&m);
+    /* the pattern instead of layer_types: every 2nd layer full */
+    json_object_del(cfg, "layer_types");
+    json_object_set_new(cfg, "sliding_window_pattern", json_integer(2));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_int_equal(ops_of(&m, "attention", 2, o), 1);
+    assert_int_equal(json_integer_value(json_object_get(o[0], "window")), 512);
+    assert_int_equal(ops_of(&m, "attention", 1, o), 1);
+    assert_null(json_object_get(o[0], "window"));
+    arch_model_free(&m);
+    /* refusals: the hyperparameters stay, the tape goes */
+    json_object_set_new(cfg, "final_logit_softcapping", json_real(30.0));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(m.hparams);
+    assert_non_null(strstr(last_warning, "final_logit_softcapping"));
+    arch_model_free(&m);
+    json_object_set_new(cfg, "final_logit_softcapping", json_null());
+    json_object_set_new(cfg, "hidden_activation", json_string("gelu"));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "hidden_activation"));
+    arch_model_free(&m);
+    json_object_set_new(cfg, "hidden_activation", json_string("gelu_pytorch_tanh"));
+    json_object_set_new(cfg, "layer_types", json_pack("[ss]", "sliding_attention", "full_attention"));
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "layer_types"));
+    arch_model_free(&m);
+    json_object_del(cfg, "layer_types");
+    json_object_del(set, "model.layers.1.post_feedforward_layernorm.weight");
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    assert_non_null(strstr(last_warning, "model.layers.1.post_feedforward_layernorm.weight is missing"));
+    arch_model_free(&m);
+    json_decref(set);
+    json_decref(cfg);
+}
+
 /* Qwen2: q, k and v biases, each added after all three products of its layer. */
 static void test_qwen2_biases(void **state)
 {
@@ -525,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_biases),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_phi3_fused),
+        cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_no_tape_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,12 +82,48 @@ static void test_canonical_names(void **state)
     (void)state;
 }
 
+/* Gemma's norms by family: post_attention_layernorm is the attention's output norm there, the
+ * MLP's input norm elsewhere; pre/post_feedforward_layernorm are Gemma's alone. */
+static void test_gemma_family(void **state)
+{
+    thin_role r;
+    int32_t l;
+    assert_int_equal(roles_map_family("gemma3", "model.layers.4.post_attention_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_ATTN_POST_NORM);
+    assert_int_equal(l, 4);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.0.pre_feedforward_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_FFN_NORM);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_FFN_POST_NORM);
+    assert_int_equal(l, 2);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.mlp.up_proj.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_UP);
+    assert_int_equal(roles_map_family("gemma3", "model.norm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_FINAL_NORM);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.bias", &r, &l), ROLES_UNKNOWN);
+    assert_int_equal(roles_map_family("llama", "model.layers.4.post_attention_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(r, THIN_ROLE_FFN_NORM);
+    assert_int_equal(roles_map_family(NULL, "model.layers.0.pre_feedforward_layernorm.weight", &r, &l), ROLES_UNKNOWN);
+    assert_int_equal(roles_map_family("gemma3", "lm_head.weight", &r, &l), ROLES_KNOWN);
+    char buf[128];
+    assert_int_equal(roles_name_family("gemma3", THIN_ROLE_FFN_NORM, 1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.1.pre_feedforward_layernorm.weight");
+    assert_int_equal(roles_name_family("gemma3", THIN_ROLE_ATTN_POST_NORM, 1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.1.post_attention_layernorm.weight");
+    assert_int_equal(roles_name_family("qwen3", THIN_ROLE_FFN_NORM, 1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.1.post_attention_layernorm.weight");
+    assert_int_equal(roles_name_family("gemma3", THIN_ROLE_FFN_POST_NORM, 1, buf, 10), -1);
+    assert_string_equal(thin_role_name(THIN_ROLE_FFN_POST_NORM), "ffn_post_norm");
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_weights),
         cmocka_unit_test(test_global_weights),
         cmocka_unit_test(test_biases_and_unknown),
+        cmocka_unit_test(test_gemma_family),
         cmocka_unit_test(test_canonical_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,6 +24,7 @@ typedef struct hp {
     int64_t window;       /* sliding_window */
     double local_theta;   /* the sliding layers' RoPE base (unscaled) */
     double attn_scale;    /* query_pre_attn_scalar^-1/2 */
+    int no_tape;          /* a reason not to write a tape was already told (bad layer_types) */
 } hp;
 
 typedef struct ctx {
@@ -252,15 +253,18 @@ static int read_gemma(const ctx *c, hp *h)
         return -1;
     const json_t *types = json_object_get(c->config, "layer_types");
     if (types && !json_is_null(types) && (!json_is_array(types) || (int64_t)json_array_size(types) != h->n_layers)) {
-        warnf(c, "config.json: layer_types is not a list of %lld entries", (long long)h->n_layers);
-        return -1;
+        warnf(c, "no execution tape: config.json's layer_types is not a list of %lld entries",
+              (long long)h->n_layers);
+        h->no_tape = 1;
+        return 0;
     }
     for (int64_t l = 0; l < h->n_layers; l++) {
         const char *t = json_string_value(json_array_get(types, (size_t)l));
         if (json_is_array(types) && (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))) {
-            warnf(c, "config.json: layer_types[%lld] is neither sliding_attention nor full_attention",
-                  (long long)l);
-            return -1;
+            warnf(c, "no execution tape: config.json's layer_types[%lld] is neither sliding_attention "
+                  "nor full_attention", (long long)l);
+            h->no_tape = 1;
+            return 0;
         }
         h->sliding[l] = t ? strcmp(t, "sliding_attention") == 0 : (l + 1) % every != 0;
     }
@@ -634,6 +638,8 @@ static int check_act(const ctx *c, const hp *h)
     const json_t *act = json_object_get(c->config, h->gemma ? "hidden_activation" : "hidden_act");
     if (h->gemma && !act)
         act = json_object_get(c->config, "hidden_act");
+    if (h->no_tape)
+        return -1;
     /* Gemma 2's soft caps and an encoder's bidirectional attention: not in the tape */
     if (h->gemma && (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping")))
         return -1;
