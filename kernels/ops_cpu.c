@@ -572,8 +572,11 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
                    uint64_t dn, const uint8_t *kbase, const uint8_t *vbase, size_t pitch,
                    thin_dtype dt, uint64_t head_dim, float scale, uint64_t window, float *scratch) {
     const uint64_t n_all = n0 + (nv - 1) * dn;
-    /* every vector's scores against every position (those past a vector's own are not used) */
-    products(scratch, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, 0, n_all);
+    /* the first position any vector sees: vector 0's window starts first */
+    const uint64_t lo0 = window && n0 > window ? n0 - window : 0;
+    /* every vector's scores against every position from there (those past a vector's own are
+     * not used) */
+    products(scratch, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, lo0, n_all);
     for (uint32_t j = 0; j < nv; j++) {
         float *sj = scratch + (size_t)j * n_all;
         const uint64_t n = n0 + j * dn, lo = window && n > window ? n - window : 0;
@@ -585,9 +588,11 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
     for (uint32_t j = 0; j < nv; j += 2) {
         const int two = nv - j >= 2;
         float *o[2] = {out + j * os, two ? out + (j + 1) * os : NULL};
-        const float *pr[2] = {scratch + (size_t)j * n_all, two ? scratch + (size_t)(j + 1) * n_all : NULL};
-        const uint64_t n[2] = {n0 + j * dn, n0 + (j + 1) * dn};
-        wsum_rows(o, pr, n, two ? 2 : 1, vbase, pitch, dt, head_dim);
+        /* from lo0 on: the weights before a vector's window are 0 and would add nothing */
+        const float *pr[2] = {scratch + (size_t)j * n_all + lo0,
+                              two ? scratch + (size_t)(j + 1) * n_all + lo0 : NULL};
+        const uint64_t n[2] = {n0 + j * dn - lo0, n0 + (j + 1) * dn - lo0};
+        wsum_rows(o, pr, n, two ? 2 : 1, vbase + lo0 * pitch, pitch, dt, head_dim);
     }
 }
 
