@@ -24,8 +24,9 @@ cp "$W/zstd.thin" "$C/fuzz_thin_stream/tiny-zstd.thin"
 cp "$W/f32.thin" "$C/fuzz_quant_input/tiny-f32.thin"
 
 cp "$W/fp8.thin" "$C/fuzz_plan/tiny-fp8.thin"
-# the family fixtures' tapes: bias ops (Qwen2) and row ranges of fused weights (Phi-3), FP8
-for f in qwen2 phi3; do
+# the family fixtures' tapes: bias ops (Qwen2), row ranges of fused weights (Phi-3), Gemma 3's
+# offsets, scales, windows and GELU, FP8
+for f in qwen2 phi3 gemma3; do
     "$B/bin/thin-pack" -q "fixtures/$f-tiny" | "$B/bin/thin-quant" -q -p fp8-all - -o "$C/fuzz_plan/$f-fp8.thin"
 done
 
@@ -49,12 +50,15 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 { cat fixtures/qwen2-tiny/config.json; printf '\0'; header fixtures/qwen2-tiny/model.safetensors; } >"$C/fuzz_arch/qwen2"
 { cat fixtures/phi3-tiny/config.json; printf '\0'; header fixtures/phi3-tiny/model.safetensors; } >"$C/fuzz_arch/phi3"
 { cat fixtures/qwen3-tiny/config.json; printf '\0'; header fixtures/qwen3-tiny/model.safetensors; } >"$C/fuzz_arch/qwen3-norms"
+{ cat fixtures/gemma3-tiny/config.json; printf '\0'; header fixtures/gemma3-tiny/model.safetensors; } >"$C/fuzz_arch/gemma3"
 
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
 python3 tests/fuzz/tiny_tokenizers.py hf-bytelevel >"$C/fuzz_tok_hf/bytelevel"
 # Unicode normalization forms (NFC then NFKD), byte fallback, an added token that needs them.
 printf '%s' '{"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFKD"}]}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "e": 1, "\u0301": 2, "\u00e9": 3, "f": 4, "i": 5, "fi": 6, "<0xFF>": 7, "\ufb01": 8, "<0x80>": 9}, "merges": ["f i"]}, "added_tokens": [{"id": 10, "content": "e\u0301\u00e9\ufb01", "special": false}]}' >"$C/fuzz_tok_hf/normalize"
+# Gemma's normalizer and String Split pre-tokenizer, and a Regex one merged with the next piece.
+printf '%s' '{"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false}, {"type": "Split", "pattern": {"Regex": "[.,]"}, "behavior": "MergedWithNext", "invert": false}]}, "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "\u2581": 1, "a": 2, "\u2581a": 3, ".": 4, "<0xFF>": 5}, "merges": ["\u2581 a"]}}' >"$C/fuzz_tok_hf/gemma-split"
 # the Metaspace pre-tokenizer and decoder (prepend to the first segment, split at "▁").
 printf '%s' '{"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}, "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first"}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0, "\u2581": 1, "a": 2, "\u2581a": 3, "b": 4, "<0xFF>": 5}, "merges": ["\u2581 a"]}, "added_tokens": [{"id": 6, "content": "<s>", "special": true}]}' >"$C/fuzz_tok_hf/metaspace"
 
