@@ -6,8 +6,11 @@
 # their own unscaled RoPE base, a GELU (tanh) gated MLP. The teacher-forced logits match the
 # fixture's float64 reference within 1e-4 on the CPU (F32 KV cache), whole and split over 2
 # devices; a BF16 KV cache and the quality profile stay close; a window wider than the sequence
-# changes the logits; an archive whose config.json comes after the weights, or a config with
-# Gemma 2's soft caps, packs without a tape and says why.
+# changes the logits; the same model as a multimodal checkpoint (Gemma3ForConditionalGeneration:
+# the text model's tensors under language_model.model. or model.language_model., a vision tower
+# beside them, text_config leaving defaults out) gives the same logits; an archive whose
+# config.json comes after the weights, or a config with Gemma 2's soft caps, packs without a tape
+# and says why.
 set -e
 G="$FIX/gemma3-tiny"
 "$BIN/thin-pack" -q "$G" -o "$T/g.thin"
@@ -49,6 +52,48 @@ if "$BIN/thin-compare" "$G/logits.f32" "$T/w.f32" --vocab 96 --max-abs 1e-2 > /d
     echo "the sliding window changed nothing" >&2
     exit 1
 fi
+# the multimodal forms: renamed tensors, a vision tower kept with role other, text_config
+for pre in language_model.model. model.language_model.; do
+    rm -rf "$T/mm" && mkdir "$T/mm"
+    python3 - "$G" "$T/mm" "$pre" <<'PY'
+import json, struct, sys
+src, dst, pre = sys.argv[1:]
+d = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+hdr = json.loads(d[8:8 + n])
+body = d[8 + n:]
+out, blobs, off = {}, [], 0
+for name, t in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    b = body[t["data_offsets"][0]:t["data_offsets"][1]]
+    new = pre + name[len("model."):] if name.startswith("model.") else name
+    out[new] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+v = struct.pack("<4f", 1, 2, 3, 4)
+out["vision_tower.vision_model.embeddings.patch_embedding.weight" if pre[0] == "l" else
+    "model.vision_tower.vision_model.embeddings.patch_embedding.weight"] = {
+    "dtype": "F32", "shape": [4], "data_offsets": [off, off + len(v)]}
+blobs.append(v)
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+cfg = json.load(open(src + "/config.json"))
+text = {k: v for k, v in cfg.items() if k not in ("architectures", "rms_norm_eps", "rope_local_base_freq",
+                                                  "hidden_activation", "bos_token_id", "eos_token_id")}
+text["model_type"] = "gemma3_text"
+json.dump({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
+           "bos_token_id": 2, "eos_token_id": [1, 106]}, open(dst + "/config.json", "w"))
+PY
+    "$BIN/thin-pack" -q "$T/mm" -o "$T/mm.thin"
+    "$BIN/thin-inspect" "$T/mm.thin" > "$T/mm.txt"
+    grep -q "^${pre}layers.1.post_attention_layernorm.weight  *attn_post_norm  *1 " "$T/mm.txt"
+    grep -q 'vision_tower.vision_model.embeddings.patch_embedding.weight  *other' "$T/mm.txt"
+    case $pre in language_model.*) head=language_model.lm_head.weight ;; *) head=lm_head.weight ;; esac
+    grep -q "^$head  *lm_head " "$T/mm.txt" # tied to ${pre}embed_tokens.weight
+    "$BIN/thin-run" "$T/mm.thin" --device cpu --kv-dtype f32 --score "$G/ids.txt" --out "$T/mm.f32"
+    "$BIN/thin-compare" "$G/logits.f32" "$T/mm.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+done
 # an archive: config.json first gives the folder's roles and tape; after the weights, no tape
 tar cf "$T/first.tar" -C "$G" config.json model.safetensors
 "$BIN/thin-pack" -q "$T/first.tar" -o "$T/a.thin"

@@ -25,16 +25,37 @@ typedef struct hp {
     double local_theta;   /* the sliding layers' RoPE base (unscaled) */
     double attn_scale;    /* query_pre_attn_scalar^-1/2 */
     int no_tape;          /* a reason not to write a tape was already told (bad layer_types) */
+    const char *pre, *head; /* ctx's tensor prefix and LM head name */
 } hp;
 
 typedef struct ctx {
     const json_t *config;
     const char *family;
+    const char *pre;      /* the text model's tensor prefix: "model.", or a multimodal
+                             checkpoint's "language_model.model." / "model.language_model." */
+    const char *head;     /* the LM head's name: "lm_head.weight" or "language_model.lm_head.weight" */
     arch_lookup_fn lookup;
     void *user;
     arch_warn_fn warn;
     void *warn_user;
 } ctx;
+
+/* The name of the tensor of `role` in layer l (-1: global) under the family's naming, with the
+ * text model's prefix pre instead of "model." and head as the LM head's name. */
+static int tname(const char *family, const char *pre, const char *head, thin_role role, int32_t l,
+                 char *buf, size_t cap)
+{
+    char canon[160];
+    int n;
+    if (role == THIN_ROLE_LM_HEAD)
+        n = snprintf(buf, cap, "%s", head);
+    else if (roles_name_family(family, role, l, canon, sizeof canon))
+        return -1;
+    else
+        n = strncmp(canon, "model.", 6) ? snprintf(buf, cap, "%s", canon)
+                                         : snprintf(buf, cap, "%s%s", pre, canon + 6);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
 
 static void warnf(const ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(const ctx *c, const char *fmt, ...)
@@ -54,7 +75,7 @@ const char *arch_family(const char *a)
         {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
         {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
-        {"Gemma3ForCausalLM", "gemma3"},
+        {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -351,7 +372,7 @@ static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, ui
     char name[128];
     uint32_t rank = 0;
     uint64_t shape[THIN_MAX_RANK];
-    if (roles_name_family(c->family, role, layer, name, sizeof name))
+    if (tname(c->family, c->pre, c->head, role, layer, name, sizeof name))
         snprintf(name, sizeof name, "%s", thin_role_name(role));
     if (!c->lookup(c->user, name, &rank, shape)) {
         warnf(c, "no execution tape: tensor %s is missing", name);
@@ -370,12 +391,13 @@ static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, ui
     return 0;
 }
 
-static int has_name(const ctx *c, const char *fmt, int32_t layer)
+/* Whether layer `layer` has the tensor "<prefix>layers.<layer>." + suffix. */
+static int has_name(const ctx *c, const char *suffix, int32_t layer)
 {
-    char name[128];
+    char name[160];
     uint32_t rank;
     uint64_t shape[THIN_MAX_RANK];
-    snprintf(name, sizeof name, fmt, (int)layer);
+    snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)layer, suffix);
     return c->lookup(c->user, name, &rank, shape);
 }
 
@@ -384,13 +406,13 @@ static int has_name(const ctx *c, const char *fmt, int32_t layer)
 static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned char *bias,
                                 unsigned char *fused)
 {
-    static const char *const qkv_bias[] = {"model.layers.%d.self_attn.q_proj.bias",
-                                           "model.layers.%d.self_attn.k_proj.bias",
-                                           "model.layers.%d.self_attn.v_proj.bias"};
+    static const char *const qkv_bias[] = {"self_attn.q_proj.bias",
+                                           "self_attn.k_proj.bias",
+                                           "self_attn.v_proj.bias"};
     static const char *const other_bias[] = {
-        "model.layers.%d.self_attn.o_proj.bias", "model.layers.%d.mlp.gate_proj.bias",
-        "model.layers.%d.mlp.up_proj.bias", "model.layers.%d.mlp.down_proj.bias",
-        "model.layers.%d.self_attn.qkv_proj.bias", "model.layers.%d.mlp.gate_up_proj.bias",
+        "self_attn.o_proj.bias", "mlp.gate_proj.bias",
+        "mlp.up_proj.bias", "mlp.down_proj.bias",
+        "self_attn.qkv_proj.bias", "mlp.gate_up_proj.bias",
     };
     for (size_t i = 0; i < sizeof other_bias / sizeof other_bias[0]; i++)
         if (has_name(c, other_bias[i], l)) {
@@ -402,15 +424,15 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     for (int i = 0; i < 3; i++)
         if (has_name(c, qkv_bias[i], l))
             *bias |= (unsigned char)(1u << i);
-    *fused = (unsigned char)(has_name(c, "model.layers.%d.self_attn.qkv_proj.weight", l) |
-                             has_name(c, "model.layers.%d.mlp.gate_up_proj.weight", l) << 1);
-    if (((*fused & 1) && (*bias || has_name(c, "model.layers.%d.self_attn.q_proj.weight", l))) ||
-        ((*fused & 2) && has_name(c, "model.layers.%d.mlp.gate_proj.weight", l))) {
+    *fused = (unsigned char)(has_name(c, "self_attn.qkv_proj.weight", l) |
+                             has_name(c, "mlp.gate_up_proj.weight", l) << 1);
+    if (((*fused & 1) && (*bias || has_name(c, "self_attn.q_proj.weight", l))) ||
+        ((*fused & 2) && has_name(c, "mlp.gate_proj.weight", l))) {
         warnf(c, "no execution tape: layer %d has both fused and separate projections", (int)l);
         return -1;
     }
-    int qn = has_name(c, "model.layers.%d.self_attn.q_norm.weight", l);
-    int kn = has_name(c, "model.layers.%d.self_attn.k_norm.weight", l);
+    int qn = has_name(c, "self_attn.q_norm.weight", l);
+    int kn = has_name(c, "self_attn.k_norm.weight", l);
     if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !roles_family_gemma(c->family)) ||
         (!qn && roles_family_gemma(c->family))) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
@@ -465,9 +487,9 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
     uint32_t rank;
     uint64_t shape[THIN_MAX_RANK];
     *tie_lm_head = 0;
-    if (!c->lookup(c->user, "lm_head.weight", &rank, shape)) {
+    if (!c->lookup(c->user, c->head, &rank, shape)) {
         if (!h->tie) {
-            warnf(c, "no execution tape: no lm_head.weight and tie_word_embeddings is false");
+            warnf(c, "no execution tape: no %s and tie_word_embeddings is false", c->head);
             return -1;
         }
         *tie_lm_head = 1;
@@ -485,11 +507,11 @@ static int push(json_t *ops, json_t *op)
 
 /* A linear of the weight of `role`, or of its rows [r0, r1) when r1 > 0 (one part of a fused
  * weight). */
-static int push_linear_rows(json_t *ops, thin_role role, int32_t l, const char *in,
+static int push_linear_rows(json_t *ops, const hp *h, thin_role role, int32_t l, const char *in,
                             const char *out, const char *split, int64_t r0, int64_t r1)
 {
-    char w[128];
-    if (roles_name(role, l, w, sizeof w))
+    char w[160];
+    if (tname(h->gemma ? "gemma3" : NULL, h->pre, h->head, role, l, w, sizeof w))
         return -1;
     json_t *op = json_pack("{ss ss ss ss ss}", "op", "linear", "w", w, "in", in, "out", out,
                            "split", split);
@@ -500,17 +522,17 @@ static int push_linear_rows(json_t *ops, thin_role role, int32_t l, const char *
     return push(ops, op);
 }
 
-static int push_linear(json_t *ops, thin_role role, int32_t l, const char *in, const char *out,
-                       const char *split)
+static int push_linear(json_t *ops, const hp *h, thin_role role, int32_t l, const char *in,
+                       const char *out, const char *split)
 {
-    return push_linear_rows(ops, role, l, in, out, split, 0, 0);
+    return push_linear_rows(ops, h, role, l, in, out, split, 0, 0);
 }
 
 static int push_norm_of(json_t *ops, const hp *h, thin_role role, int32_t l, const char *in,
                         const char *out)
 {
-    char w[128];
-    if (roles_name_family(h->gemma ? "gemma3" : NULL, role, l, w, sizeof w))
+    char w[160];
+    if (tname(h->gemma ? "gemma3" : NULL, h->pre, h->head, role, l, w, sizeof w))
         return -1;
     json_t *op = json_pack("{ss ss ss ss sf}", "op", "rmsnorm", "w", w, "in", in, "out", out,
                            "eps", h->eps);
@@ -542,29 +564,29 @@ static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 
 static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm)
 {
-    char w[128];
+    char w[160];
     const int64_t qd = h->n_heads * h->head_dim, kvd = h->n_kv * h->head_dim;
     int rc = push_rmsnorm(ops, h, THIN_ROLE_ATTN_NORM, l) ||
              (h->fused[l] & 1
-                  ? push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "q", "col", 0, qd) ||
-                        push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "k", "col", qd, qd + kvd) ||
-                        push_linear_rows(ops, THIN_ROLE_QKV, l, "h", "v", "col", qd + kvd,
+                  ? push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "q", "col", 0, qd) ||
+                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "k", "col", qd, qd + kvd) ||
+                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "v", "col", qd + kvd,
                                          qd + 2 * kvd)
-                  : push_linear(ops, THIN_ROLE_Q, l, "h", "q", "col") ||
-                        push_linear(ops, THIN_ROLE_K, l, "h", "k", "col") ||
-                        push_linear(ops, THIN_ROLE_V, l, "h", "v", "col"));
+                  : push_linear(ops, h, THIN_ROLE_Q, l, "h", "q", "col") ||
+                        push_linear(ops, h, THIN_ROLE_K, l, "h", "k", "col") ||
+                        push_linear(ops, h, THIN_ROLE_V, l, "h", "v", "col"));
     /* the biases after all three products, so that a runtime can still group q, k and v */
     static const thin_role bias_role[3] = {THIN_ROLE_Q_BIAS, THIN_ROLE_K_BIAS, THIN_ROLE_V_BIAS};
     static const char *const bias_buf[3] = {"q", "k", "v"};
     for (int i = 0; !rc && i < 3; i++) {
         if (!(h->bias[l] & (1u << i)))
             continue;
-        rc = roles_name(bias_role[i], l, w, sizeof w) ||
+        rc = tname(NULL, h->pre, h->head, bias_role[i], l, w, sizeof w) ||
              push(ops, json_pack("{ss ss ss si}", "op", "bias", "w", w, "out", bias_buf[i],
                                  "layer", (int)l));
     }
     for (int i = 0; !rc && qk_norm && i < 2; i++) {
-        if ((rc = roles_name(i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
+        if ((rc = tname(NULL, h->pre, h->head, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
             break;
         json_t *op = json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
                                i ? "k" : "q", "head_dim", (json_int_t)h->head_dim, "eps", h->eps,
@@ -585,7 +607,7 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
         if (h->sliding[l])
             json_object_set_new(att, "window", json_integer(h->window));
     }
-    return rc || push(ops, att) || push_linear(ops, THIN_ROLE_O, l, "att", "h", "row") ||
+    return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
            (h->gemma && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
@@ -594,13 +616,13 @@ static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
 {
     const int64_t f = h->inter;
     return push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l) ||
-           (h->fused[l] & 2 ? push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "g", "col", 0, f) ||
-                                  push_linear_rows(ops, THIN_ROLE_GATE_UP, l, "h", "u", "col", f, 2 * f)
-                            : push_linear(ops, THIN_ROLE_GATE, l, "h", "g", "col") ||
-                                  push_linear(ops, THIN_ROLE_UP, l, "h", "u", "col")) ||
+           (h->fused[l] & 2 ? push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, "h", "g", "col", 0, f) ||
+                                  push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, "h", "u", "col", f, 2 * f)
+                            : push_linear(ops, h, THIN_ROLE_GATE, l, "h", "g", "col") ||
+                                  push_linear(ops, h, THIN_ROLE_UP, l, "h", "u", "col")) ||
            push(ops, json_pack("{ss ss ss}", "op", h->gemma ? "gelu_tanh_mul" : "silu_mul", "in", "u",
                                "out", "g")) ||
-           push_linear(ops, THIN_ROLE_DOWN, l, "g", "h", "row") ||
+           push_linear(ops, h, THIN_ROLE_DOWN, l, "g", "h", "row") ||
            (h->gemma && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
@@ -616,14 +638,16 @@ static json_t *build_tape(const hp *h, int qk_norm)
                              (json_int_t)h->inter, "logits", (json_int_t)h->vocab, "ops", ops);
     if (!tape)
         return NULL;
-    json_t *emb = json_pack("{ss ss ss}", "op", "embed", "w", "model.embed_tokens.weight", "out", "x");
+    char ew[160];
+    snprintf(ew, sizeof ew, "%sembed_tokens.weight", h->pre);
+    json_t *emb = json_pack("{ss ss ss}", "op", "embed", "w", ew, "out", "x");
     if (emb && h->gemma) /* Gemma scales the embedding by sqrt(hidden_size) */
         json_object_set_new(emb, "scale", json_real(sqrt((double)h->hidden)));
     int rc = push(ops, emb);
     for (int32_t l = 0; !rc && l < h->n_layers; l++)
         rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);
     rc = rc || push_rmsnorm(ops, h, THIN_ROLE_FINAL_NORM, -1) ||
-         push_linear(ops, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col");
+         push_linear(ops, h, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col");
     if (rc) {
         json_decref(tape);
         return NULL;
@@ -661,23 +685,68 @@ static int check_act(const ctx *c, const hp *h)
     return 0;
 }
 
-int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_warn_fn warn,
+/* Gemma3TextConfig's defaults, which a Gemma 3 config.json (a multimodal one's text_config
+ * most of all) leaves out. */
+static const char gemma3_defaults[] =
+    "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216,"
+    " \"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
+    " \"head_dim\": 256, \"hidden_activation\": \"gelu_pytorch_tanh\","
+    " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-6, \"eos_token_id\": 1,"
+    " \"bos_token_id\": 2, \"tie_word_embeddings\": true, \"rope_theta\": 1000000.0,"
+    " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"rope_local_base_freq\": 10000.0,"
+    " \"sliding_window_pattern\": 6}";
+
+/* The configuration the text model is read from: config itself, or for Gemma 3 its text part
+ * (a multimodal checkpoint's text_config, with the top level's bos/eos ids where it has them)
+ * over Gemma3TextConfig's defaults. A new reference. */
+static json_t *text_config(const json_t *config, const char *family)
+{
+    if (strcmp(family, "gemma3") != 0)
+        return json_incref((json_t *)config);
+    json_t *t = json_loads(gemma3_defaults, 0, NULL);
+    const json_t *tc = json_object_get(config, "text_config");
+    if (!t)
+        return NULL;
+    json_object_update(t, json_is_object(tc) ? (json_t *)tc : (json_t *)config);
+    if (json_is_object(tc)) {
+        static const char *const top[] = {"bos_token_id", "eos_token_id", "architectures"};
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+            if (json_object_get(config, top[i]))
+                json_object_set(t, top[i], json_object_get(config, top[i]));
+    }
+    return t;
+}
+
+int arch_build(const json_t *config_in, arch_lookup_fn lookup, void *user, arch_warn_fn warn,
                void *warn_user, arch_model *out)
 {
     memset(out, 0, sizeof *out);
-    const json_t *archs = json_object_get(config, "architectures");
+    const json_t *archs = json_object_get(config_in, "architectures");
     const json_t *a0 = json_array_get(archs, 0);
     out->architecture = json_is_string(a0) ? json_string_value(a0) : "unknown";
     out->family = arch_family(out->architecture);
-    ctx c = {config, out->family, lookup, user, warn, warn_user};
+    json_t *config = text_config(config_in, out->family);
+    if (!config)
+        return -1;
     uint32_t rank;
     uint64_t shape[THIN_MAX_RANK];
-    int has_head = lookup(user, "lm_head.weight", &rank, shape);
-    int has_embed = lookup(user, "model.embed_tokens.weight", &rank, shape);
+    /* a multimodal checkpoint's text model: language_model.model.* (as released) or
+     * model.language_model.* (as transformers 4.52 and later save it) */
+    const char *pre = "model.", *head = "lm_head.weight";
+    if (lookup(user, "language_model.model.embed_tokens.weight", &rank, shape))
+        pre = "language_model.model.", head = "language_model.lm_head.weight";
+    else if (lookup(user, "model.language_model.embed_tokens.weight", &rank, shape))
+        pre = "model.language_model.";
+    snprintf(out->embed_name, sizeof out->embed_name, "%sembed_tokens.weight", pre);
+    snprintf(out->head_name, sizeof out->head_name, "%s", head);
+    ctx c = {config, out->family, pre, head, lookup, user, warn, warn_user};
+    int has_head = lookup(user, head, &rank, shape);
+    int has_embed = lookup(user, out->embed_name, &rank, shape);
     out->tie_lm_head = json_is_true(json_object_get(config, "tie_word_embeddings")) &&
                        !has_head && has_embed;
     hp h;
     memset(&h, 0, sizeof h);
+    h.pre = pre, h.head = head;
     int supported = strcmp(out->family, "unknown") != 0;
     if (!supported)
         warnf(&c, "architecture %s is not supported: packed without an execution tape",
@@ -693,6 +762,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
             free(h.bias);
             free(h.fused);
             json_decref(h.rope_scaling);
+            json_decref(config);
             arch_model_free(out);
             return -1;
         }
@@ -704,6 +774,7 @@ int arch_build(const json_t *config, arch_lookup_fn lookup, void *user, arch_war
     free(h.fused);
     free(h.sliding);
     json_decref(h.rope_scaling);
+    json_decref(config);
     return 0;
 }
 

@@ -68,14 +68,15 @@ static int parse_side(const pack *p, int i, json_t **out)
     return 0;
 }
 
-/* The tied lm_head entry: no data, shares the embedding. */
-static int add_tied(pack *p)
+/* The tied LM head entry (head, e.g. lm_head.weight): no data, shares the embedding (embed). */
+static int add_tied(pack *p, const char *embed, const char *head)
 {
-    json_t *idx = json_object_get(p->seen, "model.embed_tokens.weight");
+    json_t *idx = json_object_get(p->seen, embed);
+    if (!idx)
+        return pack_fail("internal error: no tensor '%s' to tie the LM head to", embed);
     const pack_tensor *e = &p->t[json_integer_value(idx)];
-    thin_tensor_desc d = {.name = "lm_head.weight", .role = THIN_ROLE_LM_HEAD, .layer = -1,
-                          .dtype = e->dtype, .rank = e->rank,
-                          .tied_to = "model.embed_tokens.weight"};
+    thin_tensor_desc d = {.name = head, .role = THIN_ROLE_LM_HEAD, .layer = -1,
+                          .dtype = e->dtype, .rank = e->rank, .tied_to = embed};
     memcpy(d.shape, e->shape, sizeof d.shape);
     if (thin_writer_begin_tensor(p->w, &d) != THIN_OK || thin_writer_end_tensor(p->w) != THIN_OK)
         return pack_fail("%s", thin_writer_error(p->w));
@@ -184,7 +185,8 @@ static int set_section(pack *p, const char *key, json_t *v)
 }
 
 /* The model section (§8); *tape receives the tape or NULL. */
-static int model_section(pack *p, json_t **model, json_t **tape, int *tie)
+static int model_section(pack *p, json_t **model, json_t **tape, int *tie, char embed[64],
+                         char head[64])
 {
     json_t *config, *gen;
     char hex[65], why[256] = "";
@@ -223,6 +225,8 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie)
                             json_string(!config ? "no config.json" : *why ? why : "no tape"));
     *tape = am.tape ? json_incref(am.tape) : NULL;
     *tie = am.tie_lm_head;
+    memcpy(embed, am.embed_name, sizeof am.embed_name);
+    memcpy(head, am.head_name, sizeof am.head_name);
     arch_model_free(&am);
     json_decref(config);
     json_decref(gen);
@@ -233,9 +237,10 @@ int pack_finish(pack *p)
 {
     json_t *model = NULL, *tape = NULL, *tok = NULL;
     int tie;
+    char embed[64] = "", head[64] = "";
     summary_warnings(p);
-    int rc = pack_open_writer(p) || model_section(p, &model, &tape, &tie) ||
-             (tie && add_tied(p)) || add_blobs(p) || set_section(p, "model", model) ||
+    int rc = pack_open_writer(p) || model_section(p, &model, &tape, &tie, embed, head) ||
+             (tie && add_tied(p, embed, head)) || add_blobs(p) || set_section(p, "model", model) ||
              ((tok = tokenizer_section(p)) && set_section(p, "tokenizer", tok)) ||
              (tape && set_section(p, "tape", tape));
     json_decref(model);

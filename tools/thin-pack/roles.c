@@ -167,6 +167,18 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
 
 roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer)
 {
+    /* a multimodal Gemma 3 checkpoint's text model: its names as the text-only model's */
+    static const char *const prefixes[][2] = {{"language_model.model.", "model."},
+                                              {"model.language_model.", "model."},
+                                              {"language_model.lm_head.", "lm_head."}};
+    for (size_t i = 0; roles_family_gemma(family) && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        const size_t k = strlen(prefixes[i][0]);
+        if (strncmp(name, prefixes[i][0], k) == 0 && strlen(name + k) < 200) {
+            char plain[216];
+            snprintf(plain, sizeof plain, "%s%s", prefixes[i][1], name + k);
+            return roles_map_family(family, plain, role, layer);
+        }
+    }
     const char *rest = "";
     const int32_t l = roles_family_gemma(family) ? layer_prefix(name, &rest) : -1;
     const size_t n = l >= 0 ? strlen(rest) : 0;
