@@ -249,13 +249,34 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
+/* Whether attention op a's scale reaches the kernels: 1/sqrt(head_dim), or another carried by the
+ * weights of a q head norm of its layer (norm_fold_factor). */
+static int attn_scale_runs(const plan *p, const plan_op *a) {
+    if (!(a->attn_scale > 0) || a->attn_scale == 1.0f / sqrtf((float)a->head_dim)) return 1;
+    for (uint32_t j = 0; j < p->n_ops; j++)
+        if (p->ops[j].kind == PLAN_HEAD_RMSNORM && p->ops[j].layer == a->layer && p->ops[j].in == a->q)
+            return 1;
+    return 0;
+}
+
+/* Gemma's ops (env THIN_CUDA_GEMMA=1): the GELU gate, norms counted from an offset and the q norm
+ * carrying the attention's scale (folded into the uploaded weights), the scaled embedding; opt-in
+ * until they have run on a GPU. A sliding window shorter than the context is never run. */
+static int thin_cuda_gemma(void) {
+    const char *e = getenv("THIN_CUDA_GEMMA");
+    return e && strcmp(e, "1") == 0;
+}
+
 extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len) {
+    const int gemma = thin_cuda_gemma();
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
-        const char *what = o->kind == PLAN_GELU_TANH_MUL                              ? "GELU-gated MLP"
-                           : o->norm_offset != 0.0f                                   ? "norm weights counted from an offset"
-                           : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f ? "scaled embedding"
-                           : o->kind == PLAN_ATTENTION && o->attn_scale > 0 &&
+        const char *what = o->kind == PLAN_GELU_TANH_MUL && !gemma                     ? "GELU-gated MLP"
+                           : o->norm_offset != 0.0f && !gemma                          ? "norm weights counted from an offset"
+                           : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f &&
+                                   !gemma                                              ? "scaled embedding"
+                           : o->kind == PLAN_ATTENTION && (!gemma || !attn_scale_runs(p, o)) &&
+                                   o->attn_scale > 0 &&
                                    o->attn_scale != 1.0f / sqrtf((float)o->head_dim)  ? "attention scale other than 1/sqrt(head_dim)"
                            : o->kind == PLAN_ATTENTION && o->window && o->window < ctx ? "sliding attention window shorter than the context"
                                                                                         : NULL;

@@ -569,7 +569,8 @@ extern int thin_cuda_gemm_lt;
 extern long thin_cuda_gemm_widen;
 
 /* Elementwise families (norm.cu). */
-cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,
+/* out = E[token] (× scale unless 1: Gemma's sqrt(hidden)) for n rows. */
+cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens, float scale,
                          uint32_t n, cudaStream_t st);
 cudaError_t launch_rmsnorm(float *out, uint32_t ldo, const float *x, uint32_t ldx, const dmat *w,
                            uint32_t cols, float eps, uint32_t n, cudaStream_t st);
@@ -581,6 +582,8 @@ cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, 
                        uint32_t n, cudaStream_t st);
 cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
                             uint32_t n, cudaStream_t st);
+cudaError_t launch_gelu_tanh_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
+                                 uint32_t n, cudaStream_t st);
 
 /* RoPE on q and k (either may be skipped with a NULL frequency table) and the KV store (rope.cu).
  * Row i sits at position *pos + i. inv_freq tables hold head_dim/2 doubles. k/v caches: NULL to

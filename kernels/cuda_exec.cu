@@ -337,7 +337,8 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     const dmat *w = s->op_w[st->op] >= 0 ? &s->w[s->op_w[st->op]] : NULL;
     switch (st->kind) {
     case STEP_EMBED:
-        CK(s, launch_embed(s->buf[o->out], ld_of(s, o->out), w, s->d_tokens, n, s->st));
+        CK(s, launch_embed(s->buf[o->out], ld_of(s, o->out), w, s->d_tokens,
+                           o->embed_scale > 0 ? o->embed_scale : 1.0f, n, s->st));
         return 0;
     case STEP_RMSNORM:
         CK(s, launch_rmsnorm(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in), w,
@@ -366,6 +367,10 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         return 0;
     case STEP_BIAS:
         CK(s, launch_bias(s->buf[o->out], ld_of(s, o->out), w, ld_of(s, o->out), n, s->st));
+        return 0;
+    case STEP_GELU_MUL:
+        CK(s, launch_gelu_tanh_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
+                                   ld_of(s, o->out), n, s->st));
         return 0;
     }
     return cuda_failf(s, "internal: unknown step kind %d", (int)st->kind);

@@ -32,6 +32,7 @@ typedef enum step_kind {
     STEP_ADD,
     STEP_SILU_MUL,
     STEP_BIAS,   /* buf[out] += a bias vector, every row */
+    STEP_GELU_MUL, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma) */
 } step_kind;
 
 typedef struct step {
@@ -182,6 +183,11 @@ void lt_join(cuda_session *s);
 
 /* cuda_upload.cu */
 int upload_weights(cuda_session *s);
+/* The factor that a HEAD_RMSNORM op's uploaded weights carry for its layer's attention scale: for
+ * the q norm of an attention whose scale is not 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar),
+ * scale × sqrt(head_dim), so that the kernels' 1/sqrt(head_dim) gives the op's scale; else 1.
+ * Norm weights that count from an offset go up as offset + w, both as F32. */
+float norm_fold_factor(const plan *p, uint32_t i);
 /* Stores weight w transposed (dmat.trans) in a new allocation and frees the old one. */
 int transpose_weight(cuda_session *s, dmat *w);
 /* Releases one allocation made by cuda_alloc. */

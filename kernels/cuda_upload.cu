@@ -139,11 +139,47 @@ int transpose_weight(cuda_session *s, dmat *w) {
     return 0;
 }
 
-/* Index of an already uploaded weight with the same host data, or -1. */
-static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owner) {
+float norm_fold_factor(const plan *p, uint32_t i) {
+    const plan_op *n = &p->ops[i];
+    if (n->kind != PLAN_HEAD_RMSNORM) return 1.0f;
+    for (uint32_t j = 0; j < p->n_ops; j++) {
+        const plan_op *a = &p->ops[j];
+        if (a->kind == PLAN_ATTENTION && a->layer == n->layer && a->q == n->in && a->attn_scale > 0 &&
+            a->attn_scale != 1.0f / sqrtf((float)a->head_dim))
+            return a->attn_scale * sqrtf((float)a->head_dim);
+    }
+    return 1.0f;
+}
+
+/* Whether op i's weights go up folded (offset + w) × norm_fold_factor, as F32. */
+static int folded(const plan *p, uint32_t i) {
+    const plan_op *o = &p->ops[i];
+    return (o->kind == PLAN_RMSNORM || o->kind == PLAN_HEAD_RMSNORM) &&
+           (o->norm_offset != 0.0f || norm_fold_factor(p, i) != 1.0f);
+}
+
+/* Uploads norm op i's weights folded (see folded). */
+static int upload_folded(cuda_session *s, stager *g, uint32_t i, dmat *d) {
+    const plan_op *o = &s->p->ops[i];
+    const uint64_t n = o->w.rows * o->w.cols;
+    const float f = norm_fold_factor(s->p, i);
+    float *v = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!v) return cuda_failf(s, "out of memory");
+    for (uint64_t k = 0; k < n; k++) v[k] = (o->norm_offset + thin_wmat_get(&o->w, 0, k)) * f;
+    const thin_wmat t = {v, THIN_DTYPE_F32, NULL, 1, n};
+    int rc = upload_block(s, g, &t, 0, 1, 0, n, d);
+    /* the staging copies run before upload_block returns; the DMA reads the pinned buffer */
+    free(v);
+    return rc;
+}
+
+/* Index of an already uploaded weight with the same host data, or -1 (fold: the ops whose
+ * weights went up folded, which nothing shares). */
+static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owner,
+                     const unsigned char *fold) {
     const plan *p = s->p;
     for (uint32_t j = 0; j < p->n_ops; j++) {
-        if (s->op_w[j] < 0) continue;
+        if (s->op_w[j] < 0 || fold[j]) continue;
         const thin_wmat *o = &p->ops[j].w;
         if (o->data == hw->data && o->dtype == hw->dtype && o->rows == hw->rows &&
             o->cols == hw->cols && o->scale == hw->scale)
@@ -157,12 +193,19 @@ int upload_weights(cuda_session *s) {
     stager g;
     int rc = stager_init(s, &g);
     int *owner = (int *)calloc(p->n_ops ? p->n_ops : 1, sizeof(int));
+    unsigned char *fold = (unsigned char *)calloc(p->n_ops ? p->n_ops : 1, 1);
     s->w = (dmat *)calloc(p->n_ops ? p->n_ops : 1, sizeof(dmat));
-    if (!owner || !s->w) rc = cuda_failf(s, "out of memory");
+    if (!owner || !fold || !s->w) rc = cuda_failf(s, "out of memory");
+    for (uint32_t i = 0; rc == 0 && i < p->n_ops; i++) fold[i] = (unsigned char)folded(p, i);
     for (uint32_t i = 0; rc == 0 && i < p->n_ops; i++) {
         const thin_wmat *hw = &p->ops[i].w;
         if (!hw->data) continue;
-        int same = find_same(s, hw, owner);
+        if (fold[i]) {
+            if (upload_folded(s, &g, i, &s->w[s->n_w])) rc = -1;
+            else s->op_w[i] = owner[i] = (int)s->n_w++;
+            continue;
+        }
+        int same = find_same(s, hw, owner, fold);
         if (same >= 0) {
             s->op_w[i] = owner[i] = same;
             continue;
@@ -174,6 +217,7 @@ int upload_weights(cuda_session *s) {
         rc = cuda_failf(s, "weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
     stager_free(&g);
     free(owner);
+    free(fold);
     return rc;
 }
 

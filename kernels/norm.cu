@@ -1,11 +1,12 @@
 /*
  * norm.cu — the row-wise and elementwise ops: embedding gather, RMSNorm, per-head RMSNorm,
- * residual add, bias add, SiLU gate. Each works on n rows (a prefill batch; n = 1 when decoding).
- * CPU twins: op_embed, op_rmsnorm, op_head_rmsnorm, op_add, op_add_bias, op_silu_mul in ops_cpu.c.
+ * residual add, bias add, SiLU and GELU (tanh) gates. Each works on n rows (a prefill batch; n = 1
+ * when decoding). CPU twins: op_embed (+ op_scale), op_rmsnorm, op_head_rmsnorm, op_add,
+ * op_add_bias, op_silu_mul, op_gelu_tanh_mul in ops_cpu.c.
  */
 #include "cuda_common.cuh"
 
-__global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32_t *tokens) {
+__global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32_t *tokens, float scale) {
     pdl_trigger();
     pdl_wait();
     const uint32_t row = blockIdx.y;
@@ -14,14 +15,16 @@ __global__ void embed_kernel(float *out, uint32_t ldo, const dmat E, const int32
     size_t esz = E.dtype == THIN_DTYPE_F32 ? 4 : E.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
     const void *r = base + t * E.pitch * esz;
     float s = (E.dtype == THIN_DTYPE_F8_E4M3 && E.scale) ? E.scale[t] : 1.0f;
-    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < E.cols; c += gridDim.x * blockDim.x)
-        out[(size_t)row * ldo + c] = load_elem(r, E.dtype, c) * s;
+    for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < E.cols; c += gridDim.x * blockDim.x) {
+        const float v = load_elem(r, E.dtype, c) * s;
+        out[(size_t)row * ldo + c] = scale == 1.0f ? v : v * scale; /* op_embed, then op_scale */
+    }
 }
 
-cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens,
+cudaError_t launch_embed(float *out, uint32_t ldo, const dmat *E, const int32_t *tokens, float scale,
                          uint32_t n, cudaStream_t st) {
     dim3 grid((E->cols + 255) / 256 < 8 ? (E->cols + 255) / 256 : 8, n);
-    return launch_k(embed_kernel, dim3(grid), dim3(256), 0, st, out, ldo, *E, tokens);
+    return launch_k(embed_kernel, dim3(grid), dim3(256), 0, st, out, ldo, *E, tokens, scale);
 }
 
 /* out = x / sqrt(mean(x^2) + eps) * w for one row per block. out may equal x. */
@@ -117,4 +120,25 @@ cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu
                             uint32_t n, cudaStream_t st) {
     const dim3 grid = rows_grid(cols, n);
     return launch_k(silu_mul_kernel, dim3(grid), dim3(256), 0, st, g, ldg, u, ldu, cols);
+}
+
+/* g = gelu_tanh(g) * u (op_gelu_tanh_mul: in double, rounded once). */
+__global__ void gelu_tanh_mul_kernel(float *g, uint32_t ldg, const float *u, uint32_t ldu,
+                                     uint32_t cols) {
+    pdl_trigger();
+    pdl_wait();
+    const uint32_t row = blockIdx.y;
+    const double k = 0.7978845608028654; /* sqrt(2 / pi) */
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols;
+         i += gridDim.x * blockDim.x) {
+        float *gp = g + (size_t)row * ldg + i;
+        const double x = *gp;
+        *gp = (float)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))) * u[(size_t)row * ldu + i]);
+    }
+}
+
+cudaError_t launch_gelu_tanh_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
+                                 uint32_t n, cudaStream_t st) {
+    const dim3 grid = rows_grid(cols, n);
+    return launch_k(gelu_tanh_mul_kernel, dim3(grid), dim3(256), 0, st, g, ldg, u, ldu, cols);
 }

@@ -41,6 +41,10 @@ static thin_dtype qkv_dt;
 static thin_dtype bias_dt;
 /* When set, q and k get per-head RMSNorms after their products (Qwen3), of weights in this dtype. */
 static thin_dtype qknorm_dt;
+/* Gemma's layer: norms counted from 1 (weights around 0), the embedding scaled, the attention's
+ * scale other than 1/sqrt(head_dim) (carried by the q norm), norms of the o and down outputs
+ * before their residual adds, the GELU (tanh) gate; needs qknorm_dt and THIN_CUDA_GEMMA=1 */
+static int gemma;
 /* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
  * attention factor and per-dimension factors). */
 static float rope_m;
@@ -121,8 +125,9 @@ static void linear(model *m, int layer, int in, int out, thin_wmat w, thin_role 
 
 static void norm(model *m, int layer, int in, int out, thin_dtype dt) {
     plan_op *o = add_op(m, PLAN_RMSNORM, layer, in, out);
-    o->w = make_w(m, 1, H, dt, 0.2f, 1.0f);
+    o->w = make_w(m, 1, H, dt, 0.2f, gemma ? 0.0f : 1.0f);
     o->eps = 1e-5f;
+    o->norm_offset = gemma ? 1.0f : 0.0f;
 }
 
 static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
@@ -141,6 +146,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     thin_wmat emb = make_w(m, V, H, dt, 1.0f, 0.0f);
     plan_op *o = add_op(m, PLAN_EMBED, -1, -1, B_X);
     o->w = emb;
+    o->embed_scale = gemma ? sqrtf((float)H) / 4 : 0.0f;
     float amp = 1.0f / sqrtf((float)H);
     for (int l = 0; l < L; l++) {
         norm(m, l, B_X, B_H, dt);
@@ -155,7 +161,8 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         }
         for (int b = B_Q; qknorm_dt && b <= B_K; b++) {
             o = add_op(m, PLAN_HEAD_RMSNORM, l, b, -1);
-            o->w = make_w(m, 1, HD, qknorm_dt, 0.3f, 1.0f);
+            o->w = make_w(m, 1, HD, qknorm_dt, 0.3f, gemma ? 0.0f : 1.0f);
+            o->norm_offset = gemma ? 1.0f : 0.0f;
             o->w_role = b == B_Q ? THIN_ROLE_Q_NORM : THIN_ROLE_K_NORM;
             o->n_heads = b == B_Q ? NH : NKV;
             o->head_dim = HD;
@@ -179,14 +186,17 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o = add_op(m, PLAN_ATTENTION, l, -1, B_ATT);
         o->q = B_Q, o->k = B_K, o->v = B_V;
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
+        o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f;
         linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
+        if (gemma) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
         add_op(m, PLAN_ADD, l, B_H, B_X);
         norm(m, l, B_X, B_H, dt);
         linear(m, l, B_H, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
         linear(m, l, B_H, B_U, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_UP);
-        add_op(m, PLAN_SILU_MUL, l, B_U, B_G);
+        add_op(m, gemma ? PLAN_GELU_TANH_MUL : PLAN_SILU_MUL, l, B_U, B_G);
         linear(m, l, B_G, B_H, make_w(m, H, I, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)I), 0),
                THIN_ROLE_DOWN);
+        if (gemma) norm(m, l, B_H, B_H, dt); /* the MLP's output norm */
         add_op(m, PLAN_ADD, l, B_H, B_X);
     }
     norm(m, -1, B_X, B_H, dt);
@@ -462,6 +472,14 @@ static void run_all(const char *tag) {
     qknorm_dt = THIN_DTYPE_F32;
     CASE("BF16+FP8 ffn+F32 q/k norms, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("F32 w+F32 q/k norms, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* Gemma's layer (THIN_CUDA_GEMMA=1, opt-in until this case has run on a GPU) */
+    gemma = 1;
+    setenv("THIN_CUDA_GEMMA", "1", 1);
+    CASE("Gemma layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("Gemma layer F32 w+FP8 ffn, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    CASE("Gemma layer F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    unsetenv("THIN_CUDA_GEMMA");
+    gemma = 0;
     qknorm_dt = 0;
     /* LongRoPE (Phi-3-mini-128k): a table of its own and cos and sin scaled, in the q/k/v
      * epilogue and (prefill, F32 rows) the rope-and-store kernel */
