@@ -88,6 +88,20 @@ static size_t n_ops(const arch_model *m)
     return json_array_size(json_object_get(m->tape, "ops"));
 }
 
+/* arch_build on cfg and set packs the model without a tape, its last warning naming `why` with
+ * the hyperparameters kept (why NULL: the hyperparameters may be refused too). */
+static void expect_no_tape(const json_t *cfg, json_t *set, const char *why)
+{
+    arch_model m;
+    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
+    assert_null(m.tape);
+    if (why && !strstr(last_warning, why))
+        fail_msg("warning '%s' does not name '%s'", last_warning, why);
+    if (why)
+        assert_non_null(m.hparams);
+    arch_model_free(&m);
+}
+
 static void test_stories_tape(void **state)
 {
     json_t *cfg = json_loads(stories_config, 0, NULL);
@@ -208,9 +222,7 @@ static void test_rope_parameters(void **state)
     arch_model_free(&m);
     /* a bad base: the model still packs, with no tape */
     json_object_set_new(cfg, "rope_parameters", json_pack("{ss}", "rope_theta", "big"));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, NULL);
     json_decref(set);
     json_decref(cfg);
     (void)state;
@@ -396,29 +408,16 @@ static void test_gemma3(void **state)
     arch_model_free(&m);
     /* refusals: the hyperparameters stay, the tape goes */
     json_object_set_new(cfg, "final_logit_softcapping", json_real(30.0));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(m.hparams);
-    assert_non_null(strstr(last_warning, "final_logit_softcapping"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "final_logit_softcapping");
     json_object_set_new(cfg, "final_logit_softcapping", json_null());
     json_object_set_new(cfg, "hidden_activation", json_string("gelu"));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "hidden_activation"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "hidden_activation");
     json_object_set_new(cfg, "hidden_activation", json_string("gelu_pytorch_tanh"));
     json_object_set_new(cfg, "layer_types", json_pack("[ss]", "sliding_attention", "full_attention"));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "layer_types"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "layer_types");
     json_object_del(cfg, "layer_types");
     json_object_del(set, "model.layers.1.post_feedforward_layernorm.weight");
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "model.layers.1.post_feedforward_layernorm.weight is missing"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "model.layers.1.post_feedforward_layernorm.weight is missing");
     json_decref(set);
     json_decref(cfg);
 }
@@ -510,10 +509,7 @@ static void test_phi3_fused(void **state)
     arch_model_free(&m);
     /* a separate q_proj beside the fused weight */
     json_object_set_new(set, "model.layers.1.self_attn.q_proj.weight", json_pack("[ii]", 32, 32));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "both fused and separate"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "both fused and separate");
     json_object_del(set, "model.layers.1.self_attn.q_proj.weight");
     /* Phi-4-mini's partial rotary embedding: the first (int)(8 * 0.75) = 6 dims of a head rotate
      * (also as transformers 5's rope_parameters holds it); a factor leaving an odd count (0.2 of 8:
@@ -543,10 +539,7 @@ static void test_phi3_fused(void **state)
     assert_null(json_object_get(op(&m, 5), "rot_dim"));
     arch_model_free(&m);
     json_object_set_new(cfg, "partial_rotary_factor", json_real(0.2));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "partial_rotary_factor"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "partial_rotary_factor");
     json_decref(set);
     json_decref(cfg);
     (void)state;
@@ -595,32 +588,19 @@ static void test_no_tape_cases(void **state)
     arch_model m;
     /* an o-projection bias: the tape has no place for it */
     json_object_set_new(set, "model.layers.2.self_attn.o_proj.bias", json_pack("[i]", 64));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(m.hparams);
-    assert_non_null(strstr(last_warning, "biases"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "biases");
     json_object_del(set, "model.layers.2.self_attn.o_proj.bias");
     /* a q bias of the wrong size */
     json_object_set_new(set, "model.layers.2.self_attn.q_proj.bias", json_pack("[i]", 32));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "model.layers.2.self_attn.q_proj.bias"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "model.layers.2.self_attn.q_proj.bias");
     json_object_del(set, "model.layers.2.self_attn.q_proj.bias");
     /* a shape that disagrees with config.json */
     json_object_set_new(set, "model.layers.1.self_attn.k_proj.weight", json_pack("[ii]", 64, 64));
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "model.layers.1.self_attn.k_proj.weight"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "model.layers.1.self_attn.k_proj.weight");
     json_object_set_new(set, "model.layers.1.self_attn.k_proj.weight", json_pack("[ii]", 32, 64));
     /* missing tensor */
     json_object_del(set, "model.layers.4.mlp.up_proj.weight");
-    assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
-    assert_null(m.tape);
-    assert_non_null(strstr(last_warning, "model.layers.4.mlp.up_proj.weight is missing"));
-    arch_model_free(&m);
+    expect_no_tape(cfg, set, "model.layers.4.mlp.up_proj.weight is missing");
     /* unsupported architecture: hparams kept, no tape */
     json_object_set_new(cfg, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
     assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
