@@ -129,6 +129,8 @@ static const pack_blob *blob_named(const pack *p, const char *name)
             return &p->side[i];
     if (strcmp(name, "chat_template.jinja") == 0 && p->side[4].name)
         return &p->side[4];
+    if (strcmp(name, "chat_template.json") == 0 && p->side[5].name)
+        return &p->side[5];
     return NULL;
 }
 
@@ -143,8 +145,11 @@ static json_t *tokenizer_section(const pack *p)
     json_t *t = json_pack("{ss ss}", "format", "hf", "tokenizer_json", "tokenizer.json");
     if (t && blob_named(p, "tokenizer_config.json"))
         json_object_set_new(t, "tokenizer_config", json_string("tokenizer_config.json"));
+    /* a template file of its own: chat_template.jinja, or a processor's chat_template.json */
     if (t && blob_named(p, "chat_template.jinja"))
         json_object_set_new(t, "chat_template", json_string("chat_template.jinja"));
+    else if (t && blob_named(p, "chat_template.json"))
+        json_object_set_new(t, "chat_template", json_string("chat_template.json"));
     return t;
 }
 

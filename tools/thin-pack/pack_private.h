@@ -10,7 +10,7 @@
 #include "safetensors.h"
 #include "source.h"
 
-#define PACK_N_SIDE 5 /* entries of source_side_names */
+#define PACK_N_SIDE 6 /* entries of source_side_names */
 
 typedef struct pack_blob {
     char *name;    /* blob name in the .thin file */

@@ -16,7 +16,7 @@
 
 const char *const source_side_names[] = {
     "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "chat_template.jinja", NULL,
+    "chat_template.jinja", "chat_template.json", NULL,
 };
 
 int source_side_index(const char *base)

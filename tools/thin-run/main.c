@@ -312,8 +312,9 @@ static int open_model(run *r) {
  * that asks the file for them) and what building it gave (on a thread of its own). */
 typedef struct tok_job {
     int format;             /* 0: none, 1: Hugging Face tokenizer.json, 2: GGUF vocabulary */
-    const void *data, *cfg;
-    size_t size, cfg_size;
+    const void *data, *cfg, *tpl; /* tpl: a chat template file's bytes, or NULL */
+    size_t size, cfg_size, tpl_size;
+    int tpl_json;           /* tpl is a chat_template.json object, not a template's text */
     tok *tk;
     int rc;
     char err[512];
@@ -332,6 +333,9 @@ static void tok_locate(run *r, tok_job *j) {
         j->format = 1;
         cfg_name = json_string_value(json_object_get(t, "tokenizer_config"));
         if (cfg_name && thin_file_blob(r->f, cfg_name, &j->cfg, &j->cfg_size) != THIN_OK) j->cfg = NULL;
+        const char *tpl = json_string_value(json_object_get(t, "chat_template"));
+        if (tpl && thin_file_blob(r->f, tpl, &j->tpl, &j->tpl_size) != THIN_OK) j->tpl = NULL;
+        j->tpl_json = tpl && strlen(tpl) > 5 && strcmp(tpl + strlen(tpl) - 5, ".json") == 0;
     } else if (format && strcmp(format, "gguf") == 0 &&
                (name = json_string_value(json_object_get(t, "blob"))) &&
                thin_file_blob(r->f, name, &j->data, &j->size) == THIN_OK) {
@@ -342,13 +346,17 @@ static void tok_locate(run *r, tok_job *j) {
     json_decref(t);
 }
 
-/* Builds it from the bytes alone (a thread's function). */
+/* Builds it from the bytes alone (a thread's function); a chat template file of its own takes the
+ * place of tokenizer_config.json's, as transformers takes it. */
 static void *tok_build(void *arg) {
     tok_job *j = arg;
-    if (j->format == 1)
+    if (j->format == 1) {
         j->rc = tok_load_hf(&j->tk, j->data, j->size, j->cfg, j->cfg ? j->cfg_size : 0, j->err, sizeof j->err);
-    else if (j->format == 2)
+        if (!j->rc && j->tpl)
+            j->rc = tok_set_chat_template(j->tk, j->tpl, j->tpl_size, j->tpl_json, j->err, sizeof j->err);
+    } else if (j->format == 2) {
         j->rc = tok_load_gguf(&j->tk, j->data, j->size, j->err, sizeof j->err);
+    }
     return NULL;
 }
 

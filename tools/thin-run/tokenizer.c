@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "tok_private.h"
 
 /* Whether the literal text of a token is matched before the model. */
@@ -148,6 +150,29 @@ int tok_piece(const tok *t, int32_t id, const char **bytes, size_t *len)
 const char *tok_chat_template(const tok *t)
 {
     return t->chat_template;
+}
+
+int tok_set_chat_template(tok *t, const char *text, size_t len, int is_json, char *err, size_t errlen)
+{
+    char *tpl;
+    if (is_json) {
+        json_error_t je;
+        json_t *j = json_loadb(text, len, 0, &je);
+        const json_t *s = json_object_get(j, "chat_template");
+        if (!json_is_string(s)) {
+            json_decref(j);
+            return cli_fail(err, errlen, "chat_template.json holds no \"chat_template\" string");
+        }
+        tpl = strndup(json_string_value(s), json_string_length(s));
+        json_decref(j);
+    } else {
+        tpl = strndup(text, len);
+    }
+    if (!tpl)
+        return cli_fail(err, errlen, "out of memory");
+    free(t->chat_template);
+    t->chat_template = tpl;
+    return 0;
 }
 
 size_t tok_max_piece(const tok *t)

@@ -72,9 +72,14 @@ int tok_decoder_flush(tok_decoder *d, char *out, size_t cap, size_t *n);
 int tok_decode(const tok *t, const int32_t *ids, size_t n_ids, char **text, size_t *len);
 /* The longest piece in bytes: tok_decoder_push needs cap >= 3 * (tok_max_piece(t) + 4). */
 size_t tok_max_piece(const tok *t);
-/* The chat template text (tokenizer_config.json chat_template or GGUF tokenizer.chat_template),
- * or NULL. */
+/* The chat template text (tokenizer_config.json chat_template or GGUF tokenizer.chat_template, or
+ * what tok_set_chat_template set), or NULL. */
 const char *tok_chat_template(const tok *t);
+
+/* Replaces the chat template with text (len bytes: a chat_template.jinja file's), or with
+ * is_json the "chat_template" string of a chat_template.json file's object. 0, or -1 with a
+ * message in err. */
+int tok_set_chat_template(tok *t, const char *text, size_t len, int is_json, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
