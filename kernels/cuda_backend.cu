@@ -279,6 +279,8 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                                    o->attn_scale > 0 &&
                                    o->attn_scale != 1.0f / sqrtf((float)o->head_dim)  ? "attention scale other than 1/sqrt(head_dim)"
                            : o->kind == PLAN_ATTENTION && o->window && o->window < ctx ? "sliding attention window shorter than the context"
+                           : o->kind == PLAN_ATTENTION && o->softcap > 0               ? "attention soft cap"
+                           : o->kind == PLAN_SOFTCAP                                   ? "logit soft cap"
                                                                                         : NULL;
         if (what) {
             snprintf(why, len, "the CUDA backend does not run this model's %s (tape op %u) yet", what, i);

@@ -570,7 +570,8 @@ static void wsum_rows(float *const *out, const float *const *p, const uint64_t *
  * scratch: nv × (n0 + (nv - 1) dn) floats. */
 static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_t nv, uint64_t n0,
                    uint64_t dn, const uint8_t *kbase, const uint8_t *vbase, size_t pitch,
-                   thin_dtype dt, uint64_t head_dim, float scale, uint64_t window, float *scratch) {
+                   thin_dtype dt, uint64_t head_dim, float scale, uint64_t window, float softcap,
+                   float *scratch) {
     const uint64_t n_all = n0 + (nv - 1) * dn;
     /* the first position any vector sees: vector 0's window starts first */
     const uint64_t lo0 = window && n0 > window ? n0 - window : 0;
@@ -581,6 +582,7 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
         float *sj = scratch + (size_t)j * n_all;
         const uint64_t n = n0 + j * dn, lo = window && n > window ? n - window : 0;
         for (uint64_t t = lo; t < n; t++) sj[t] *= scale;
+        if (softcap > 0) op_softcap(sj + lo, softcap, n - lo);
         softmax(sj + lo, n - lo);
         memset(sj, 0, lo * sizeof(float)); /* outside the window: weight 0, adding nothing */
         memset(out + j * os, 0, head_dim * sizeof(float));
@@ -599,7 +601,7 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
-                       float scale, uint64_t window, float *scratch) {
+                       float scale, uint64_t window, float softcap, float *scratch) {
     const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
     const size_t esz = thin_dtype_size(kv_dtype), pitch = kv_dim * esz;
     const uint8_t *kc = kcache, *vc = vcache;
@@ -607,7 +609,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         const uint64_t kvo = (h / group) * head_dim;
         if (nb > 1) { /* a prompt: one head, its rows the vectors */
             attend(out + h * head_dim, ldo, q + h * head_dim, ldq, nb, pos0 + 1, 1, kc + kvo * esz,
-                   vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, scratch);
+                   vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, softcap, scratch);
             h++;
             continue;
         }
@@ -616,7 +618,8 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         if (he > h1) he = h1;
         if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
         attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h), pos0 + 1,
-               0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, scratch);
+               0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, softcap,
+               scratch);
         h = he;
     }
 }
@@ -637,6 +640,10 @@ void op_gelu_tanh_mul(float *g, const float *u, uint64_t n) {
 
 void op_scale(float *x, float s, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void op_softcap(float *x, float cap, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
 void op_add(float *x, const float *h, uint64_t n) {

@@ -253,6 +253,17 @@ static void test_bad_tapes_are_refused(void **state) {
     json_t *t = tape();
     json_array_append_new(json_object_get(t, "ops"), op("gelu", NULL, "x", "x"));
     expect_error(t, THIN_E_UNSUPPORTED, "unknown op 'gelu'", 0);
+    t = tape(); /* a soft cap without its cap, or a negative one */
+    json_array_append_new(json_object_get(t, "ops"), op("softcap", NULL, "logits", NULL));
+    expect_error(t, THIN_E_BAD_MANIFEST, "softcap without a cap", 0);
+    t = tape();
+    json_t *sc = op("softcap", NULL, "logits", NULL);
+    json_object_set_new(sc, "cap", json_real(-1.0));
+    json_array_append_new(json_object_get(t, "ops"), sc);
+    expect_error(t, THIN_E_BAD_MANIFEST, "cap is not a positive number", 0);
+    t = tape(); /* an attention window of 0 */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 7), "window", json_integer(0));
+    expect_error(t, THIN_E_BAD_MANIFEST, "window is not a positive integer", 0);
     t = tape(); /* q projection writing into a buffer of the wrong size */
     json_object_set_new(json_array_get(json_object_get(t, "ops"), 2), "out", json_string("k"));
     expect_error(t, THIN_E_SHAPE, "q_proj", 0);

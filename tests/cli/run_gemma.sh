@@ -5,7 +5,8 @@
 # q/k norms, the attention scaled by query_pre_attn_scalar^-1/2, the sliding layers' window and
 # their own unscaled RoPE base, a GELU (tanh) gated MLP. The teacher-forced logits match the
 # fixture's float64 reference within 1e-4 on the CPU (F32 KV cache), whole and split over 2
-# devices; a BF16 KV cache and the quality profile stay close; a window wider than the sequence
+# devices; a BF16 KV cache and the quality profile stay close; Gemma 2's soft caps of the scores
+# and the logits (fixtures/gemma2-tiny) match its reference too; a window wider than the sequence
 # changes the logits; the same model as a multimodal checkpoint (Gemma3ForConditionalGeneration:
 # the text model's tensors under language_model.model. or model.language_model., a vision tower
 # beside them, text_config leaving defaults out) gives the same logits; an archive whose
@@ -103,7 +104,32 @@ tar cf "$T/last.tar" -C "$G" model.safetensors config.json
 "$BIN/thin-pack" "$T/last.tar" -o "$T/b.thin" 2> "$T/err.txt"
 grep -q 'no execution tape: config.json came after the weights' "$T/err.txt"
 "$BIN/thin-inspect" "$T/b.thin" | grep -q '^tape: none (no execution tape: config.json came after the weights'
-# Gemma 2's soft caps: no tape, and why
+# Gemma 2 (fixtures/gemma2-tiny: the same weights without q/k norms, one RoPE base, the scores and
+# the logits soft-capped): its float64 logits, whole and split; without the caps they differ
+R="$FIX/gemma2-tiny"
+"$BIN/thin-pack" -q "$R" -o "$T/g2.thin"
+"$BIN/thin-inspect" --tape "$T/g2.thin" > "$T/tape2.txt"
+grep -q 'attention  *L0 .* window=4 softcap=0.5$' "$T/tape2.txt"
+grep -q 'attention  *L1 .* softcap=0.5$' "$T/tape2.txt"
+tail -n 1 "$T/tape2.txt" | grep -q 'softcap  *in=logits cap=2.0'
+if grep -q head_rmsnorm "$T/tape2.txt"; then echo "Gemma 2 has no q/k norms" >&2; exit 1; fi
+"$BIN/thin-run" "$T/g2.thin" --device cpu --kv-dtype f32 --score "$R/ids.txt" --out "$T/g2.f32"
+echo "Gemma 2:"
+"$BIN/thin-compare" "$R/logits.f32" "$T/g2.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+"$BIN/thin-run" "$T/g2.thin" --device cpu --kv-dtype f32 --shards 2 --score "$R/ids.txt" --out "$T/g22.f32"
+"$BIN/thin-compare" "$R/logits.f32" "$T/g22.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+mkdir "$T/nocap"
+cp "$R/model.safetensors" "$T/nocap/"
+sed 's/"attn_logit_softcapping": 0.5/"attn_logit_softcapping": null/; s/"final_logit_softcapping": 2.0/"final_logit_softcapping": null/' \
+    "$R/config.json" > "$T/nocap/config.json"
+"$BIN/thin-pack" -q "$T/nocap" -o "$T/nc.thin"
+if "$BIN/thin-inspect" --tape "$T/nc.thin" | grep -q softcap; then echo "null caps made a softcap" >&2; exit 1; fi
+"$BIN/thin-run" "$T/nc.thin" --device cpu --kv-dtype f32 --score "$R/ids.txt" --out "$T/nc.f32"
+if "$BIN/thin-compare" "$R/logits.f32" "$T/nc.f32" --vocab 96 --max-abs 1e-2 > /dev/null 2>&1; then
+    echo "the soft caps changed nothing" >&2
+    exit 1
+fi
+# Gemma 3 with Gemma 2's soft caps: no tape, and why
 mkdir "$T/cap"
 cp "$G/model.safetensors" "$T/cap/"
 sed 's/"final_logit_softcapping": null/"final_logit_softcapping": 30.0/' "$G/config.json" > "$T/cap/config.json"

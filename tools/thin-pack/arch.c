@@ -25,6 +25,8 @@ typedef struct hp {
     double local_theta;   /* the sliding layers' RoPE base (unscaled) */
     double attn_scale;    /* query_pre_attn_scalar^-1/2 */
     int no_tape;          /* a reason not to write a tape was already told (bad layer_types) */
+    int gemma3;           /* Gemma 3: q/k norms, the sliding layers' own RoPE base */
+    double attn_softcap, logit_softcap; /* Gemma 2's soft caps (0: none) */
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
 } hp;
 
@@ -76,6 +78,7 @@ const char *arch_family(const char *a)
         {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
         {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
+        {"Gemma2ForCausalLM", "gemma2"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -259,10 +262,16 @@ static int must_be_null(const ctx *c, const char *key)
 static int read_gemma(const ctx *c, hp *h)
 {
     int64_t every, qpas, win;
+    h->gemma3 = strcmp(c->family, "gemma3") == 0;
     if (get_int(c, "sliding_window", 1, (int64_t)1 << 32, 1, 4096, &win) ||
-        get_int(c, "sliding_window_pattern", 1, 1 << 16, 1, 6, &every) ||
+        get_int(c, "sliding_window_pattern", 1, 1 << 16, 1, h->gemma3 ? 6 : 2, &every) ||
         get_int(c, "query_pre_attn_scalar", 1, (int64_t)1 << 32, 1, 256, &qpas) ||
-        get_real(c, "rope_local_base_freq", 10000.0, &h->local_theta))
+        get_real(c, "rope_local_base_freq", h->gemma3 ? 10000.0 : h->theta, &h->local_theta))
+        return -1;
+    if (!h->gemma3) /* Gemma 2: one RoPE base; its soft caps */
+        h->local_theta = h->theta;
+    if (!h->gemma3 && (get_real(c, "attn_logit_softcapping", 0, &h->attn_softcap) ||
+                       get_real(c, "final_logit_softcapping", 0, &h->logit_softcap)))
         return -1;
     const json_t *rp = json_object_get(json_object_get(c->config, "rope_parameters"), "sliding_attention");
     const json_t *lt = json_object_get(rp, "rope_theta");
@@ -433,8 +442,8 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     }
     int qn = has_name(c, "self_attn.q_norm.weight", l);
     int kn = has_name(c, "self_attn.k_norm.weight", l);
-    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !roles_family_gemma(c->family)) ||
-        (!qn && roles_family_gemma(c->family))) {
+    const int gemma3 = strcmp(c->family, "gemma3") == 0;
+    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !gemma3) || (!qn && gemma3)) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
               c->family);
         return -1;
@@ -551,7 +560,7 @@ static int push_rmsnorm(json_t *ops, const hp *h, thin_role role, int32_t l)
 static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 {
     /* Gemma 3's sliding layers rotate at their own base, unscaled */
-    const int local = h->gemma && h->sliding[l];
+    const int local = h->gemma && h->gemma3 && h->sliding[l];
     json_t *op = json_pack("{ss ss sI sf si}", "op", "rope", "in", buf, "head_dim",
                            (json_int_t)h->head_dim, "theta", local ? h->local_theta : h->theta,
                            "layer", (int)l);
@@ -606,6 +615,8 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
         json_object_set_new(att, "scale", json_real(h->attn_scale));
         if (h->sliding[l])
             json_object_set_new(att, "window", json_integer(h->window));
+        if (h->attn_softcap > 0)
+            json_object_set_new(att, "softcap", json_real(h->attn_softcap));
     }
     return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
            (h->gemma && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
@@ -647,7 +658,9 @@ static json_t *build_tape(const hp *h, int qk_norm)
     for (int32_t l = 0; !rc && l < h->n_layers; l++)
         rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);
     rc = rc || push_rmsnorm(ops, h, THIN_ROLE_FINAL_NORM, -1) ||
-         push_linear(ops, h, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col");
+         push_linear(ops, h, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col") ||
+         (h->logit_softcap > 0 && push(ops, json_pack("{ss ss sf}", "op", "softcap", "in", "logits", "cap",
+                                                      h->logit_softcap)));
     if (rc) {
         json_decref(tape);
         return NULL;
@@ -664,8 +677,8 @@ static int check_act(const ctx *c, const hp *h)
         act = json_object_get(c->config, "hidden_act");
     if (h->no_tape)
         return -1;
-    /* Gemma 2's soft caps and an encoder's bidirectional attention: not in the tape */
-    if (h->gemma && (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping")))
+    /* Gemma 3 with soft caps (Gemma 2's) and an encoder's bidirectional attention: not in the tape */
+    if (h->gemma3 && (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping")))
         return -1;
     if (h->gemma && json_is_true(json_object_get(c->config, "use_bidirectional_attention"))) {
         warnf(c, "no execution tape: config.json asks for bidirectional attention");
@@ -699,11 +712,21 @@ static const char gemma3_defaults[] =
 /* The configuration the text model is read from: config itself, or for Gemma 3 its text part
  * (a multimodal checkpoint's text_config, with the top level's bos/eos ids where it has them)
  * over Gemma3TextConfig's defaults. A new reference. */
+static const char gemma2_defaults[] =
+    "{\"vocab_size\": 256000, \"hidden_size\": 2304, \"intermediate_size\": 9216,"
+    " \"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
+    " \"head_dim\": 256, \"hidden_activation\": \"gelu_pytorch_tanh\","
+    " \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-6, \"eos_token_id\": 1,"
+    " \"bos_token_id\": 2, \"tie_word_embeddings\": true, \"rope_theta\": 10000.0,"
+    " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"final_logit_softcapping\": 30.0,"
+    " \"attn_logit_softcapping\": 50.0}";
+
 static json_t *text_config(const json_t *config, const char *family)
 {
-    if (strcmp(family, "gemma3") != 0)
+    const int g2 = strcmp(family, "gemma2") == 0;
+    if (strcmp(family, "gemma3") != 0 && !g2)
         return json_incref((json_t *)config);
-    json_t *t = json_loads(gemma3_defaults, 0, NULL);
+    json_t *t = json_loads(g2 ? gemma2_defaults : gemma3_defaults, 0, NULL);
     const json_t *tc = json_object_get(config, "text_config");
     if (!t)
         return NULL;

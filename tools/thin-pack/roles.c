@@ -62,7 +62,7 @@ static const struct {
 
 int roles_family_gemma(const char *family)
 {
-    return family && strcmp(family, "gemma3") == 0;
+    return family && (strcmp(family, "gemma3") == 0 || strcmp(family, "gemma2") == 0);
 }
 
 static int ends_with(const char *s, size_t n, const char *suffix)

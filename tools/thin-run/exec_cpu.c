@@ -111,7 +111,7 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
     op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q], s->kcache[l],
                       s->vcache[l], s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim,
                       j->pos, j->nb, op->n_heads * part / n, op->n_heads * (part + 1) / n,
-                      plan_attn_scale(op), op->window, s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
+                      plan_attn_scale(op), op->window, op->softcap, s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
 }
 
 /* A batch's attention: every row's K/V stored first (row i attends positions up to its own, so
@@ -133,6 +133,7 @@ typedef struct rows_job {
     const plan_op *op;
     const int32_t *tokens;
     uint32_t nb, pos;
+    uint32_t lm0; /* the first row with logits */
 } rows_job;
 
 /* Op j->op (one that works row by row) on rows [nb part / n, nb (part + 1) / n) of the batch. */
@@ -160,6 +161,9 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
         case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_GELU_TANH_MUL: op_gelu_tanh_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_SOFTCAP:
+            if (op->in != s->p->logits_buf || i >= j->lm0) op_softcap(row(s, op->in, i), op->softcap, sz[op->in]);
+            break;
         case PLAN_BIAS: op_add_bias(row(s, op->out, i), &op->w, sz[op->out]); break;
         case PLAN_LINEAR:
         case PLAN_ATTENTION: break;
@@ -186,7 +190,7 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
             attention_rows(s, op, nb, pos);
             continue;
         }
-        rows_job j = {s, op, tokens, nb, pos};
+        rows_job j = {s, op, tokens, nb, pos, lm0};
         const int32_t b = op->in >= 0 ? op->in : op->out;
         run_parts(s, rows_part, &j, nb < 2 ? 0 : (uint64_t)nb * p->buf_sizes[b], ROWS_PARALLEL_MIN);
     }

@@ -486,7 +486,8 @@ static thin_status compile_attention(builder *b, const json_t *o, plan_op *op) {
     if (op->layer < 0 || (uint32_t)op->layer >= b->p->hp.n_layers)
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: attention layer %d out of range", b->op,
                     op->layer);
-    if ((st = op_positive(b, o, "scale", &op->attn_scale))) return st;
+    if ((st = op_positive(b, o, "scale", &op->attn_scale)) || (st = op_positive(b, o, "softcap", &op->softcap)))
+        return st;
     const json_t *w = json_object_get(o, "window");
     if (w && !json_is_null(w)) {
         if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > UINT32_MAX)
@@ -558,7 +559,8 @@ static const struct {
 } op_names[] = {{"embed", PLAN_EMBED},       {"rmsnorm", PLAN_RMSNORM}, {"linear", PLAN_LINEAR},
                 {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
                 {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL},
-                {"bias", PLAN_BIAS},           {"gelu_tanh_mul", PLAN_GELU_TANH_MUL}};
+                {"bias", PLAN_BIAS},           {"gelu_tanh_mul", PLAN_GELU_TANH_MUL},
+                {"softcap", PLAN_SOFTCAP}};
 
 static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     const char *name = json_string_value(json_object_get(o, "op"));
@@ -578,6 +580,11 @@ static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     switch (op->kind) {
     case PLAN_ROPE: return compile_rope(b, o, op);
     case PLAN_ATTENTION: return compile_attention(b, o, op);
+    case PLAN_SOFTCAP:
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_positive(b, o, "cap", &op->softcap))) return st;
+        if (!(op->softcap > 0))
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: softcap without a cap", b->op);
+        return THIN_OK;
     case PLAN_ADD:
     case PLAN_SILU_MUL:
     case PLAN_GELU_TANH_MUL:
@@ -834,6 +841,7 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
             if (div[o->in] != div[o->out]) why = "one operand is divided over the devices, the other whole";
             break;
         case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */
+        case PLAN_SOFTCAP: break; /* elementwise, in place */
         }
     }
     free(div);

@@ -29,6 +29,7 @@ typedef enum plan_op_kind {
     PLAN_SILU_MUL = 8,     /* buf[out] = silu(buf[out]) * buf[in] */
     PLAN_BIAS = 9,         /* buf[out] += w (a vector of buf[out]'s size; Qwen2's q/k/v biases) */
     PLAN_GELU_TANH_MUL = 10, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma's MLP) */
+    PLAN_SOFTCAP = 11,     /* buf[in] = cap * tanh(buf[in] / cap) in place (Gemma 2's logits) */
 } plan_op_kind;
 
 typedef enum plan_split {
@@ -52,6 +53,8 @@ typedef struct plan_op {
     float attn_scale;     /* ATTENTION: factor on the scores; 0: 1/sqrt(head_dim) */
     uint32_t window;      /* ATTENTION: positions a query sees, its own included (a sliding
                              window); 0: all before it */
+    float softcap;        /* ATTENTION: scores capped as softcap * tanh(s / softcap) (Gemma 2),
+                             SOFTCAP: its cap; 0: none */
     float theta;          /* ROPE */
     const float *inv_freq;/* ROPE: rot_dim/2 precomputed frequencies (rope scaling), or NULL */
     float rope_scale;     /* ROPE: factor on cos and sin (LongRoPE's attention factor); 0 or 1: none */
