@@ -9,6 +9,7 @@
 #   products, before the rope; split over 2 devices; heads of 16 and of 32 dims; and with YaRN's
 #   rope scaling, whose logits differ from the unscaled model's and whose context may be asked
 #   for up to YaRN's reach, past max_position_embeddings (the default).
+#   OLMo 2 (the same weights with its post-norms and whole q/k norms).
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -40,6 +41,23 @@ if "$BIN/thin-compare" "$FIX/qwen3-tiny/logits.f32" "$T/f32.f32" --vocab 96 --ma
     echo "yarn changed nothing" >&2
     exit 1
 fi
+# OLMo 2: no input norms, post-norms of the attention's and the MLP's outputs, q and k normalized
+# whole (their norm needs the whole vector: no split over devices, which says so)
+O="$FIX/olmo2-tiny"
+"$BIN/thin-pack" -q "$O" -o "$T/o.thin"
+"$BIN/thin-inspect" --tape "$T/o.thin" > "$T/otape.txt"
+grep -q 'linear  *L0 .*q_proj.weight in=x out=q' "$T/otape.txt"
+grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/otape.txt"
+grep -q 'rmsnorm  *L1 .*post_feedforward_layernorm.weight in=h out=h' "$T/otape.txt"
+if grep -q input_layernorm "$T/otape.txt"; then echo "OLMo 2 has no input norms" >&2; exit 1; fi
+"$BIN/thin-inspect" "$T/o.thin" | grep -q 'post_attention_layernorm.weight  *attn_post_norm'
+"$BIN/thin-run" "$T/o.thin" --device cpu --kv-dtype f32 --score "$O/ids.txt" --out "$T/o.f32"
+echo "OLMo 2:"
+"$BIN/thin-compare" "$O/logits.f32" "$T/o.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+if "$BIN/thin-run" "$T/o.thin" --device cpu --shards 2 --score "$O/ids.txt" --out "$T/o2.f32" 2> "$T/err.txt"; then
+    echo "OLMo 2 split over 2 devices" >&2; exit 1
+fi
+grep -q 'q_norm.weight, layer 0): its input is divided over the devices' "$T/err.txt"
 # YaRN's reach (factor 4 x 16) is the model's limit, past its max_position_embeddings of 32
 "$BIN/thin-run" "$T/q.thin" --device cpu --ctx 64 --kv-dtype f32 --score "$FIX/qwen3-yarn/ids.txt" --out "$T/y64.f32"
 cmp "$T/f32.f32" "$T/y64.f32"

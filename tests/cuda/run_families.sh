@@ -47,6 +47,9 @@ family qwen3-tiny 0 logits.f32
 # its q and k norms run in the rope kernel, before it rotates: no head_rmsnorm step of its own
 steps qwen3-tiny "attention+head_norms+rope+kv" head_rmsnorm
 family qwen3-yarn 0 logits.f32
+# OLMo 2: its post-norms and whole q/k norms as rmsnorm steps of their own (the kernels every
+# model runs)
+family olmo2-tiny 0 logits.f32
 family phi3-tiny 0 logits.f32
 family phi3-longrope 16 logits.f32 64 logits-long.f32
 family phi4-tiny 16 logits.f32 64 logits-long.f32

@@ -52,6 +52,7 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 { cat fixtures/qwen3-tiny/config.json; printf '\0'; header fixtures/qwen3-tiny/model.safetensors; } >"$C/fuzz_arch/qwen3-norms"
 { cat fixtures/gemma3-tiny/config.json; printf '\0'; header fixtures/gemma3-tiny/model.safetensors; } >"$C/fuzz_arch/gemma3"
 { cat fixtures/gemma2-tiny/config.json; printf '\0'; header fixtures/gemma2-tiny/model.safetensors; } >"$C/fuzz_arch/gemma2"
+{ cat fixtures/olmo2-tiny/config.json; printf '\0'; header fixtures/olmo2-tiny/model.safetensors; } >"$C/fuzz_arch/olmo2"
 
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"

@@ -26,6 +26,9 @@ typedef struct hp {
     double attn_scale;    /* query_pre_attn_scalar^-1/2 */
     int no_tape;          /* a reason not to write a tape was already told (bad layer_types) */
     int gemma3;           /* Gemma 3: q/k norms, the sliding layers' own RoPE base */
+    int olmo2;            /* OLMo 2: no input norms, the attention's and the MLP's outputs
+                             normalized (as Gemma's post-norms), q and k normalized whole */
+    const char *family;
     double attn_softcap, logit_softcap; /* Gemma 2's soft caps (0: none) */
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
 } hp;
@@ -78,7 +81,7 @@ const char *arch_family(const char *a)
         {"SmolLM3ForCausalLM", "smollm3"}, {"Qwen2ForCausalLM", "qwen2"},
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
         {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
-        {"Gemma2ForCausalLM", "gemma2"},
+        {"Gemma2ForCausalLM", "gemma2"}, {"Olmo2ForCausalLM", "olmo2"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -304,7 +307,9 @@ static int read_gemma(const ctx *c, hp *h)
 static int read_hparams(const ctx *c, hp *h)
 {
     const int64_t big = (int64_t)1 << 32;
-    h->gemma = roles_family_gemma(c->family);
+    h->family = c->family;
+    h->olmo2 = strcmp(c->family, "olmo2") == 0;
+    h->gemma = roles_family_post_norms(c->family) && !h->olmo2;
     if (get_int(c, "vocab_size", 1, big, 0, 0, &h->vocab) ||
         get_int(c, "hidden_size", 1, big, 0, 0, &h->hidden) ||
         get_int(c, "intermediate_size", 1, big, 0, 0, &h->inter) ||
@@ -442,8 +447,8 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     }
     int qn = has_name(c, "self_attn.q_norm.weight", l);
     int kn = has_name(c, "self_attn.k_norm.weight", l);
-    const int gemma3 = strcmp(c->family, "gemma3") == 0;
-    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !gemma3) || (!qn && gemma3)) {
+    const int needs = strcmp(c->family, "gemma3") == 0 || strcmp(c->family, "olmo2") == 0;
+    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !needs) || (!qn && needs)) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
               c->family);
         return -1;
@@ -468,24 +473,25 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
         }
         any_qk = qk;
         const int fq = h->fused[l] & 1, fg = h->fused[l] & 2;
-        if (expect(c, THIN_ROLE_ATTN_NORM, l, d, 0) ||
+        if ((!h->olmo2 && expect(c, THIN_ROLE_ATTN_NORM, l, d, 0)) ||
             (fq ? expect(c, THIN_ROLE_QKV, l, qd + 2 * kvd, d)
                 : expect(c, THIN_ROLE_Q, l, qd, d) || expect(c, THIN_ROLE_K, l, kvd, d) ||
                       expect(c, THIN_ROLE_V, l, kvd, d)) ||
-            expect(c, THIN_ROLE_O, l, d, qd) || expect(c, THIN_ROLE_FFN_NORM, l, d, 0) ||
+            expect(c, THIN_ROLE_O, l, d, qd) || (!h->olmo2 && expect(c, THIN_ROLE_FFN_NORM, l, d, 0)) ||
             (fg ? expect(c, THIN_ROLE_GATE_UP, l, 2 * f, d)
                 : expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d)) ||
             expect(c, THIN_ROLE_DOWN, l, d, f) ||
-            (qk && (expect(c, THIN_ROLE_Q_NORM, l, hd, 0) || expect(c, THIN_ROLE_K_NORM, l, hd, 0))) ||
+            (qk && (expect(c, THIN_ROLE_Q_NORM, l, h->olmo2 ? qd : hd, 0) ||
+                    expect(c, THIN_ROLE_K_NORM, l, h->olmo2 ? kvd : hd, 0))) ||
             ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
             ((h->bias[l] & 2) && expect(c, THIN_ROLE_K_BIAS, l, kvd, 0)) ||
             ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)) ||
-            (h->gemma && (expect(c, THIN_ROLE_ATTN_POST_NORM, l, d, 0) ||
-                          expect(c, THIN_ROLE_FFN_POST_NORM, l, d, 0))))
+            ((h->gemma || h->olmo2) && (expect(c, THIN_ROLE_ATTN_POST_NORM, l, d, 0) ||
+                                        expect(c, THIN_ROLE_FFN_POST_NORM, l, d, 0))))
             return -1;
-        if (h->gemma && (h->bias[l] || h->fused[l])) {
-            warnf(c, "no execution tape: layer %d of a Gemma model has biases or fused projections",
-                  (int)l);
+        if ((h->gemma || h->olmo2) && (h->bias[l] || h->fused[l])) {
+            warnf(c, "no execution tape: layer %d of a %s model has biases or fused projections",
+                  (int)l, h->family);
             return -1;
         }
     }
@@ -520,7 +526,7 @@ static int push_linear_rows(json_t *ops, const hp *h, thin_role role, int32_t l,
                             const char *out, const char *split, int64_t r0, int64_t r1)
 {
     char w[160];
-    if (tname(h->gemma ? "gemma3" : NULL, h->pre, h->head, role, l, w, sizeof w))
+    if (tname(h->family, h->pre, h->head, role, l, w, sizeof w))
         return -1;
     json_t *op = json_pack("{ss ss ss ss ss}", "op", "linear", "w", w, "in", in, "out", out,
                            "split", split);
@@ -541,7 +547,7 @@ static int push_norm_of(json_t *ops, const hp *h, thin_role role, int32_t l, con
                         const char *out)
 {
     char w[160];
-    if (tname(h->gemma ? "gemma3" : NULL, h->pre, h->head, role, l, w, sizeof w))
+    if (tname(h->family, h->pre, h->head, role, l, w, sizeof w))
         return -1;
     json_t *op = json_pack("{ss ss ss ss sf}", "op", "rmsnorm", "w", w, "in", in, "out", out,
                            "eps", h->eps);
@@ -575,15 +581,17 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
 {
     char w[160];
     const int64_t qd = h->n_heads * h->head_dim, kvd = h->n_kv * h->head_dim;
-    int rc = push_rmsnorm(ops, h, THIN_ROLE_ATTN_NORM, l) ||
+    /* OLMo 2: no input norm, the products read the residual itself */
+    const char *in = h->olmo2 ? "x" : "h";
+    int rc = (!h->olmo2 && push_rmsnorm(ops, h, THIN_ROLE_ATTN_NORM, l)) ||
              (h->fused[l] & 1
-                  ? push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "q", "col", 0, qd) ||
-                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "k", "col", qd, qd + kvd) ||
-                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, "h", "v", "col", qd + kvd,
+                  ? push_linear_rows(ops, h, THIN_ROLE_QKV, l, in, "q", "col", 0, qd) ||
+                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, in, "k", "col", qd, qd + kvd) ||
+                        push_linear_rows(ops, h, THIN_ROLE_QKV, l, in, "v", "col", qd + kvd,
                                          qd + 2 * kvd)
-                  : push_linear(ops, h, THIN_ROLE_Q, l, "h", "q", "col") ||
-                        push_linear(ops, h, THIN_ROLE_K, l, "h", "k", "col") ||
-                        push_linear(ops, h, THIN_ROLE_V, l, "h", "v", "col"));
+                  : push_linear(ops, h, THIN_ROLE_Q, l, in, "q", "col") ||
+                        push_linear(ops, h, THIN_ROLE_K, l, in, "k", "col") ||
+                        push_linear(ops, h, THIN_ROLE_V, l, in, "v", "col"));
     /* the biases after all three products, so that a runtime can still group q, k and v */
     static const thin_role bias_role[3] = {THIN_ROLE_Q_BIAS, THIN_ROLE_K_BIAS, THIN_ROLE_V_BIAS};
     static const char *const bias_buf[3] = {"q", "k", "v"};
@@ -594,7 +602,10 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
              push(ops, json_pack("{ss ss ss si}", "op", "bias", "w", w, "out", bias_buf[i],
                                  "layer", (int)l));
     }
-    for (int i = 0; !rc && qk_norm && i < 2; i++) {
+    /* OLMo 2 normalizes q and k whole (weights of q's and k's size), Qwen3 and Gemma 3 per head */
+    for (int i = 0; !rc && qk_norm && h->olmo2 && i < 2; i++)
+        rc = push_norm_of(ops, h, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, i ? "k" : "q", i ? "k" : "q");
+    for (int i = 0; !rc && qk_norm && !h->olmo2 && i < 2; i++) {
         if ((rc = tname(NULL, h->pre, h->head, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
             break;
         json_t *op = json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
@@ -619,22 +630,23 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
             json_object_set_new(att, "softcap", json_real(h->attn_softcap));
     }
     return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
-           (h->gemma && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
+           ((h->gemma || h->olmo2) && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 
 static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
 {
     const int64_t f = h->inter;
-    return push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l) ||
-           (h->fused[l] & 2 ? push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, "h", "g", "col", 0, f) ||
-                                  push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, "h", "u", "col", f, 2 * f)
-                            : push_linear(ops, h, THIN_ROLE_GATE, l, "h", "g", "col") ||
-                                  push_linear(ops, h, THIN_ROLE_UP, l, "h", "u", "col")) ||
+    const char *in = h->olmo2 ? "x" : "h"; /* OLMo 2: no input norm */
+    return (!h->olmo2 && push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l)) ||
+           (h->fused[l] & 2 ? push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, in, "g", "col", 0, f) ||
+                                  push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, in, "u", "col", f, 2 * f)
+                            : push_linear(ops, h, THIN_ROLE_GATE, l, in, "g", "col") ||
+                                  push_linear(ops, h, THIN_ROLE_UP, l, in, "u", "col")) ||
            push(ops, json_pack("{ss ss ss}", "op", h->gemma ? "gelu_tanh_mul" : "silu_mul", "in", "u",
                                "out", "g")) ||
            push_linear(ops, h, THIN_ROLE_DOWN, l, "g", "h", "row") ||
-           (h->gemma && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
+           ((h->gemma || h->olmo2) && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 

@@ -203,7 +203,7 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie, char 
         cli_warn("no config.json: packed without hyperparameters or execution tape");
     else if (arch_build(config, lookup, p, on_warn, why, &am))
         return pack_fail("out of memory");
-    if (am.tape && roles_family_gemma(am.family))
+    if (am.tape && roles_family_post_norms(am.family))
         for (size_t i = 0; i < p->n_t; i++) {
             thin_role r;
             int32_t l;

@@ -49,7 +49,7 @@ static const struct {
 
 /* Gemma's norms ("model.layers.N." + suffix + ".weight"): four a layer, the attention's and the
  * MLP's output normalized before each residual add, so post_attention_layernorm is not the MLP's
- * input norm that Llama's is. */
+ * input norm that Llama's is (OLMo 2 names its two post-norms the same way). */
 static const struct {
     const char *suffix;
     thin_role role;
@@ -60,9 +60,10 @@ static const struct {
 };
 #define N_GEMMA_NAMES (sizeof gemma_names / sizeof gemma_names[0])
 
-int roles_family_gemma(const char *family)
+int roles_family_post_norms(const char *family)
 {
-    return family && (strcmp(family, "gemma3") == 0 || strcmp(family, "gemma2") == 0);
+    return family && (strcmp(family, "gemma3") == 0 || strcmp(family, "gemma2") == 0 ||
+                      strcmp(family, "olmo2") == 0);
 }
 
 static int ends_with(const char *s, size_t n, const char *suffix)
@@ -171,7 +172,7 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
     static const char *const prefixes[][2] = {{"language_model.model.", "model."},
                                               {"model.language_model.", "model."},
                                               {"language_model.lm_head.", "lm_head."}};
-    for (size_t i = 0; roles_family_gemma(family) && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    for (size_t i = 0; roles_family_post_norms(family) && i < sizeof prefixes / sizeof prefixes[0]; i++) {
         const size_t k = strlen(prefixes[i][0]);
         if (strncmp(name, prefixes[i][0], k) == 0 && strlen(name + k) < 200) {
             char plain[216];
@@ -180,7 +181,7 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
         }
     }
     const char *rest = "";
-    const int32_t l = roles_family_gemma(family) ? layer_prefix(name, &rest) : -1;
+    const int32_t l = roles_family_post_norms(family) ? layer_prefix(name, &rest) : -1;
     const size_t n = l >= 0 ? strlen(rest) : 0;
     for (size_t i = 0; l >= 0 && i < N_GEMMA_NAMES; i++) {
         const size_t k = strlen(gemma_names[i].suffix);
@@ -196,7 +197,7 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
 
 int roles_name_family(const char *family, thin_role role, int32_t layer, char *buf, size_t cap)
 {
-    for (size_t i = 0; layer >= 0 && roles_family_gemma(family) && i < N_GEMMA_NAMES; i++)
+    for (size_t i = 0; layer >= 0 && roles_family_post_norms(family) && i < N_GEMMA_NAMES; i++)
         if (gemma_names[i].role == role) {
             int n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer, gemma_names[i].suffix);
             return n < 0 || (size_t)n >= cap ? -1 : 0;

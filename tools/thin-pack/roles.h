@@ -26,10 +26,12 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer);
  * written into buf. Returns 0, or -1 for a role without a canonical name or a short buffer. */
 int roles_name(thin_role role, int32_t layer, char *buf, size_t cap);
 
-/* Whether `family` (arch_family's name, or NULL) names its norms as Gemma does. */
-int roles_family_gemma(const char *family);
+/* Whether `family` (arch_family's name, or NULL) names its norms as Gemma does (Gemma 2 and 3,
+ * OLMo 2: post_attention_layernorm normalizes the attention's output). */
+int roles_family_post_norms(const char *family);
 
-/* roles_map for a model of `family` (NULL: not known): Gemma's post_attention_layernorm is
+/* roles_map for a model of `family` (NULL: not known): Gemma's (and OLMo 2's)
+ * post_attention_layernorm is
  * attn_post_norm, pre_feedforward_layernorm ffn_norm and post_feedforward_layernorm
  * ffn_post_norm; other names and families as roles_map. */
 roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer);

@@ -244,7 +244,7 @@ static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t 
 /* ---- ops ---- */
 
 static const thin_role roles_norm[] = {THIN_ROLE_ATTN_NORM, THIN_ROLE_FFN_NORM, THIN_ROLE_ATTN_POST_NORM,
-                                       THIN_ROLE_FFN_POST_NORM,
+                                       THIN_ROLE_FFN_POST_NORM, THIN_ROLE_Q_NORM, THIN_ROLE_K_NORM,
                                        THIN_ROLE_FINAL_NORM, THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
 static const thin_role roles_head_norm[] = {THIN_ROLE_Q_NORM, THIN_ROLE_K_NORM, THIN_ROLE_OTHER,
                                             THIN_ROLE_COUNT_};
