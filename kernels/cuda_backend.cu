@@ -278,12 +278,18 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                            : o->kind == PLAN_ATTENTION && (!gemma || !attn_scale_runs(p, o)) &&
                                    o->attn_scale > 0 &&
                                    o->attn_scale != 1.0f / sqrtf((float)o->head_dim)  ? "attention scale other than 1/sqrt(head_dim)"
-                           : o->kind == PLAN_ATTENTION && o->window && o->window < ctx ? "sliding attention window shorter than the context"
                            : o->kind == PLAN_ATTENTION && o->softcap > 0               ? "attention soft cap"
                            : o->kind == PLAN_SOFTCAP                                   ? "logit soft cap"
                                                                                         : NULL;
         if (what) {
-            snprintf(why, len, "the CUDA backend does not run this model's %s (tape op %u) yet", what, i);
+            const int soft = o->softcap > 0 || o->kind == PLAN_SOFTCAP; /* no kernels either way */
+            snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what, i,
+                     gemma || soft ? "" : "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU");
+            return 0;
+        }
+        if (o->kind == PLAN_ATTENTION && o->window && o->window < ctx) {
+            snprintf(why, len, "the CUDA backend does not run a sliding attention window (%u positions, "
+                     "tape op %u) in a longer context (%u; --ctx %u fits it)", o->window, i, ctx, o->window);
             return 0;
         }
     }
