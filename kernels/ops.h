@@ -98,12 +98,14 @@ void op_attention_heads(float *out, const float *q, const void *kcache, const vo
  * row's result is op_attention_heads' bit for bit. Scores are multiplied by `scale`; window > 0
  * (a sliding window) limits a row at position p to positions p - window + 1..p (the others get
  * probability 0); softcap > 0 caps each scaled score s as softcap * tanh(s / softcap) (Gemma 2),
- * 0 leaves it. scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
+ * 0 leaves it. The caches may start at position `first` (kcache and vcache point at that
+ * position's row; no row attends a position before it, as with a window's ring of rows): 0 for
+ * caches that start at position 0. scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
 #define OP_ATTN_HEADS 8
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
-                       float scale, uint64_t window, float softcap, float *scratch);
+                       float scale, uint64_t window, float softcap, uint64_t first, float *scratch);
 
 /* Stores k and v (kv_dim floats each) at position pos of the caches, converting to kv_dtype. */
 void op_kv_store(void *kcache, void *vcache, thin_dtype kv_dtype, const float *k, const float *v,

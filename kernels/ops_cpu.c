@@ -571,13 +571,13 @@ static void wsum_rows(float *const *out, const float *const *p, const uint64_t *
 static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_t nv, uint64_t n0,
                    uint64_t dn, const uint8_t *kbase, const uint8_t *vbase, size_t pitch,
                    thin_dtype dt, uint64_t head_dim, float scale, uint64_t window, float softcap,
-                   float *scratch) {
+                   uint64_t first, float *scratch) {
     const uint64_t n_all = n0 + (nv - 1) * dn;
     /* the first position any vector sees: vector 0's window starts first */
     const uint64_t lo0 = window && n0 > window ? n0 - window : 0;
     /* every vector's scores against every position from there (those past a vector's own are
      * not used) */
-    products(scratch, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, lo0, n_all);
+    products(scratch + first, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, lo0 - first, n_all - first);
     for (uint32_t j = 0; j < nv; j++) {
         float *sj = scratch + (size_t)j * n_all;
         const uint64_t n = n0 + j * dn, lo = window && n > window ? n - window : 0;
@@ -594,14 +594,14 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
         const float *pr[2] = {scratch + (size_t)j * n_all + lo0,
                               two ? scratch + (size_t)(j + 1) * n_all + lo0 : NULL};
         const uint64_t n[2] = {n0 + j * dn - lo0, n0 + (j + 1) * dn - lo0};
-        wsum_rows(o, pr, n, two ? 2 : 1, vbase + lo0 * pitch, pitch, dt, head_dim);
+        wsum_rows(o, pr, n, two ? 2 : 1, vbase + (lo0 - first) * pitch, pitch, dt, head_dim);
     }
 }
 
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,
-                       float scale, uint64_t window, float softcap, float *scratch) {
+                       float scale, uint64_t window, float softcap, uint64_t first, float *scratch) {
     const uint64_t kv_dim = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
     const size_t esz = thin_dtype_size(kv_dtype), pitch = kv_dim * esz;
     const uint8_t *kc = kcache, *vc = vcache;
@@ -609,7 +609,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         const uint64_t kvo = (h / group) * head_dim;
         if (nb > 1) { /* a prompt: one head, its rows the vectors */
             attend(out + h * head_dim, ldo, q + h * head_dim, ldq, nb, pos0 + 1, 1, kc + kvo * esz,
-                   vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, softcap, scratch);
+                   vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, softcap, first, scratch);
             h++;
             continue;
         }
@@ -619,7 +619,7 @@ void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, c
         if (he > h + OP_ATTN_HEADS) he = h + OP_ATTN_HEADS;
         attend(out + h * head_dim, head_dim, q + h * head_dim, head_dim, (uint32_t)(he - h), pos0 + 1,
                0, kc + kvo * esz, vc + kvo * esz, pitch, kv_dtype, head_dim, scale, window, softcap,
-               scratch);
+               first, scratch);
         h = he;
     }
 }

@@ -313,13 +313,13 @@ static void test_attention_rows_equal_one_at_a_time(void **state) {
                 for (uint64_t pos0 = 0; pos0 <= POS0; pos0 += POS0)
                     for (uint32_t nb = 1; nb <= NB; nb++) {
                         /* head ranges that cut the groups, as threads may */
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 1, sc, 0, 0.0f, scratch);
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 1, 8, sc, 0, 0.0f, scratch);
-                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 8, NH, sc, 0, 0.0f, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, 1, sc, 0, 0.0f, 0, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 1, 8, sc, 0, 0.0f, 0, scratch);
+                        op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 8, NH, sc, 0, 0.0f, 0, scratch);
                         for (int whole = 0; whole < 2; whole++) {
                             if (whole) /* every head in one call: groups of 12 go as 8 and 4 */
                                 op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb,
-                                                  0, NH, sc, 0, 0.0f, scratch);
+                                                  0, NH, sc, 0, 0.0f, 0, scratch);
                             for (uint32_t i = 0; i < nb; i++) {
                                 op_attention_heads(want, q + i * ld, kc, vc, kv, NH, NKV, hd,
                                                    pos0 + i + 1, 0, NH, scratch);
@@ -330,7 +330,7 @@ static void test_attention_rows_equal_one_at_a_time(void **state) {
                          * as the heads over the cache from there do */
                         for (uint64_t w = 1; w <= 4; w += 3) {
                             op_attention_rows(out, ld, q, ld, kc, vc, kv, NH, NKV, hd, pos0, nb, 0, NH,
-                                              sc, w, 0.0f, scratch);
+                                              sc, w, 0.0f, 0, scratch);
                             for (uint32_t i = 0; i < nb; i++) {
                                 const uint64_t n = pos0 + i + 1, lo = n > w ? n - w : 0;
                                 op_attention_heads(want, q + i * ld, (const uint8_t *)kc + lo * kv_dim * esz,

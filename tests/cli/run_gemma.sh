@@ -43,6 +43,16 @@ echo "quality profile:"
 "$BIN/thin-run" "$T/g.thin" --device cpu --kv-dtype f32 --ids "2 17 42 5 88 63" -n 6 -t 0 --ignore-eos \
     --json > "$T/gen.json"
 grep -q '"generated_tokens": 6' "$T/gen.json"
+# a sliding layer's ring of K/V rows (2 x (window + 32) rows, here forced: the default takes it
+# where that is fewer than the context's) gives the bits of whole caches past its wrap at 36
+python3 -c "import random; r = random.Random(5); print('\n'.join(str(r.randrange(96)) for _ in range(64)))" > "$T/ids64.txt"
+for m in force 0; do
+    THIN_CPU_RING=$m "$BIN/thin-run" "$T/g.thin" --device cpu --kv-dtype f32 --score "$T/ids64.txt" --out "$T/ring_$m.f32"
+    THIN_CPU_RING=$m "$BIN/thin-run" "$T/g.thin" --device cpu --ids "2 17 42 5" -n 56 -t 0 --ignore-eos --json |
+        sed -n '/"ids"/,/]/p' > "$T/ring_$m.ids"
+done
+cmp "$T/ring_force.f32" "$T/ring_0.f32"
+cmp "$T/ring_force.ids" "$T/ring_0.ids"
 # the window matters: one wider than the sequence gives other logits
 mkdir "$T/wide"
 cp "$G/model.safetensors" "$T/wide/"

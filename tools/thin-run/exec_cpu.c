@@ -30,9 +30,13 @@ struct cpu_session {
     uint32_t max_ctx;
     float **buf;       /* n_bufs activation buffers, buf[i] holds CPU_BATCH rows of
                           p->buf_sizes[i] floats (row j of a batch at buf[i] + j * buf_sizes[i]) */
-    void **kcache;     /* n_layers caches, (max_ctx, n_kv_heads * head_dim) of kv_dtype */
+    void **kcache;     /* n_layers caches, (max_ctx or a ring's 2R rows, n_kv_heads * head_dim)
+                          of kv_dtype */
     void **vcache;     /* same shape as kcache */
     uint64_t *kv_dim;  /* per layer: n_kv_heads * head_dim of its attention op */
+    uint32_t *ring;    /* per layer: 0, or the period R of a sliding window's ring of rows
+                          (window + CPU_BATCH): position p in rows p % R and p % R + R of
+                          2R, so that any R consecutive positions lie in consecutive rows */
     float *scratch;    /* (CPU_BATCH × max_ctx) attention scores per thread */
     float *part;       /* a device's partial products of a row split (p->shards > 1), or NULL */
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
@@ -108,10 +112,14 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
     const plan_op *op = j->op;
     const int32_t l = op->layer;
     const uint64_t *sz = s->p->buf_sizes;
-    op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q], s->kcache[l],
-                      s->vcache[l], s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim,
-                      j->pos, j->nb, op->n_heads * part / n, op->n_heads * (part + 1) / n,
-                      plan_attn_scale(op), op->window, op->softcap, s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
+    /* a ring's rows from the first position the batch sees: its first row's window start */
+    const uint64_t n0 = (uint64_t)j->pos + 1, first = s->ring[l] && n0 > op->window ? n0 - op->window : 0;
+    const size_t off = (size_t)(s->ring[l] ? first % s->ring[l] : 0) * s->kv_dim[l] * thin_dtype_size(s->p->kv_dtype);
+    op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q],
+                      (const uint8_t *)s->kcache[l] + off, (const uint8_t *)s->vcache[l] + off,
+                      s->p->kv_dtype, op->n_heads, op->n_kv_heads, op->head_dim, j->pos, j->nb,
+                      op->n_heads * part / n, op->n_heads * (part + 1) / n, plan_attn_scale(op),
+                      op->window, op->softcap, first, s->scratch + (size_t)part * CPU_BATCH * s->max_ctx);
 }
 
 /* A batch's attention: every row's K/V stored first (row i attends positions up to its own, so
@@ -120,9 +128,15 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
  * (op_attention_rows: each row's arithmetic is that of the token alone). */
 static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint32_t pos) {
     const int32_t l = op->layer;
-    for (uint32_t i = 0; i < nb; i++)
+    const uint32_t r = s->ring[l];
+    for (uint32_t i = 0; i < nb; i++) {
+        const uint64_t at = r ? (pos + i) % r : pos + i;
         op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
-                    s->kv_dim[l], pos + i);
+                    s->kv_dim[l], at);
+        if (r) /* the ring's second copy */
+            op_kv_store(s->kcache[l], s->vcache[l], s->p->kv_dtype, row(s, op->k, i), row(s, op->v, i),
+                        s->kv_dim[l], at + r);
+    }
     attn_rows_job j = {s, op, nb, pos};
     run_parts(s, attn_rows_part, &j, (uint64_t)(pos + nb) * nb * op->n_heads * op->head_dim,
               PARALLEL_MIN_WEIGHTS);
@@ -225,13 +239,24 @@ static int alloc_caches(cpu_session *s, char *err, size_t errlen) {
     s->kcache = calloc(nl, sizeof *s->kcache);
     s->vcache = calloc(nl, sizeof *s->vcache);
     s->kv_dim = calloc(nl, sizeof *s->kv_dim);
-    if (!s->kcache || !s->vcache || !s->kv_dim) return -1;
+    s->ring = calloc(nl, sizeof *s->ring);
+    if (!s->kcache || !s->vcache || !s->kv_dim || !s->ring) return -1;
+    /* a sliding layer keeps a ring of 2 (window + CPU_BATCH) rows where that is fewer than the
+     * context's (env THIN_CPU_RING=0: never; =force: wherever there is a window, to test it) */
+    const char *re = getenv("THIN_CPU_RING");
+    const int ring_off = re && strcmp(re, "0") == 0, ring_force = re && strcmp(re, "force") == 0;
     for (uint32_t i = 0; i < p->n_ops; i++)
-        if (p->ops[i].kind == PLAN_ATTENTION)
-            s->kv_dim[p->ops[i].layer] = (uint64_t)p->ops[i].n_kv_heads * p->ops[i].head_dim;
+        if (p->ops[i].kind == PLAN_ATTENTION) {
+            const plan_op *o = &p->ops[i];
+            const uint64_t r = (uint64_t)o->window + CPU_BATCH;
+            s->kv_dim[o->layer] = (uint64_t)o->n_kv_heads * o->head_dim;
+            if (o->window && o->window < s->max_ctx && !ring_off && (ring_force || 2 * r < s->max_ctx))
+                s->ring[o->layer] = (uint32_t)r;
+        }
     size_t esz = p->kv_dtype == THIN_DTYPE_F32 ? 4 : 2;
     for (uint32_t l = 0; l < nl; l++) {
-        uint64_t n = s->kv_dim[l] * s->max_ctx; /* each < 2^32, so no overflow */
+        const uint64_t rows = s->ring[l] ? 2 * (uint64_t)s->ring[l] : s->max_ctx;
+        uint64_t n = s->kv_dim[l] * rows; /* each < 2^33, so no overflow */
         if (n > SIZE_MAX / esz) {
             snprintf(err, errlen, "KV cache of %u positions is too large", s->max_ctx);
             return -1;
@@ -306,6 +331,7 @@ void cpu_session_free(cpu_session *s) {
     free(s->kcache);
     free(s->vcache);
     free(s->kv_dim);
+    free(s->ring);
     free(s->scratch);
     free(s->part);
     free(s);
