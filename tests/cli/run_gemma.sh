@@ -16,6 +16,7 @@ set -e
 G="$FIX/gemma3-tiny"
 "$BIN/thin-pack" -q "$G" -o "$T/g.thin"
 "$BIN/thin-inspect" "$T/g.thin" > "$T/list.txt"
+grep -q '^tape: 60 ops, 9 buffers, sliding window of 4 positions on 2 of 3 layers$' "$T/list.txt"
 grep -q '^model.layers.1.post_attention_layernorm.weight  *attn_post_norm  *1 ' "$T/list.txt"
 grep -q '^model.layers.1.pre_feedforward_layernorm.weight  *ffn_norm  *1 ' "$T/list.txt"
 grep -q '^model.layers.2.post_feedforward_layernorm.weight  *ffn_post_norm  *2 ' "$T/list.txt"

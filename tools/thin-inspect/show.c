@@ -130,9 +130,26 @@ static void print_model(FILE *out, const json_t *m)
         fprintf(out, "tape: none (%s)\n", why);
     else if (!tape)
         fprintf(out, "tape: none\n");
-    else
-        fprintf(out, "tape: %zu ops, %zu buffers\n", json_array_size(json_object_get(tape, "ops")),
+    else {
+        /* the attention ops' sliding windows, if any: "window W on N of L layers" */
+        const json_t *ops = json_object_get(tape, "ops"), *o;
+        size_t i, n_att = 0, n_win = 0;
+        json_int_t win = 0;
+        json_array_foreach(ops, i, o) {
+            if (strcmp(str(o, "op", ""), "attention") != 0)
+                continue;
+            n_att++;
+            const json_t *w = json_object_get(o, "window");
+            if (json_is_integer(w))
+                n_win++, win = json_integer_value(w) > win ? json_integer_value(w) : win;
+        }
+        fprintf(out, "tape: %zu ops, %zu buffers", json_array_size(ops),
                 json_object_size(json_object_get(tape, "buffers")));
+        if (n_win)
+            fprintf(out, ", sliding window of %lld positions on %zu of %zu layers", (long long)win,
+                    n_win, n_att);
+        fputc('\n', out);
+    }
     if (q) {
         char *qs = json_dumps(q, JSON_COMPACT);
         fprintf(out, "quant: %s\n", qs ? qs : "?");
