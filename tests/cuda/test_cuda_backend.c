@@ -45,6 +45,9 @@ static thin_dtype qknorm_dt;
  * scale other than 1/sqrt(head_dim) (carried by the q norm), norms of the o and down outputs
  * before their residual adds, the GELU (tanh) gate; needs qknorm_dt and THIN_CUDA_GEMMA=1 */
 static int gemma;
+/* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
+ * outputs normalized before their adds (the kernels every model runs) */
+static int olmo;
 /* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
  * attention factor and per-dimension factors). */
 static float rope_m;
@@ -149,11 +152,18 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     o->embed_scale = gemma ? sqrtf((float)H) / 4 : 0.0f;
     float amp = 1.0f / sqrtf((float)H);
     for (int l = 0; l < L; l++) {
-        norm(m, l, B_X, B_H, dt);
+        const int in = olmo ? B_X : B_H;
+        if (!olmo) norm(m, l, B_X, B_H, dt);
         const thin_dtype adt = qkv_dt ? qkv_dt : dt;
-        linear(m, l, B_H, B_Q, make_w(m, H, H, adt, 2 * amp, 0), THIN_ROLE_Q);
-        linear(m, l, B_H, B_K, make_w(m, KV, H, adt, 2 * amp, 0), THIN_ROLE_K);
-        linear(m, l, B_H, B_V, make_w(m, KV, H, adt, amp, 0), THIN_ROLE_V);
+        linear(m, l, in, B_Q, make_w(m, H, H, adt, 2 * amp, 0), THIN_ROLE_Q);
+        linear(m, l, in, B_K, make_w(m, KV, H, adt, 2 * amp, 0), THIN_ROLE_K);
+        linear(m, l, in, B_V, make_w(m, KV, H, adt, amp, 0), THIN_ROLE_V);
+        for (int b = B_Q; olmo && b <= B_K; b++) { /* q and k normalized whole, in place */
+            o = add_op(m, PLAN_RMSNORM, l, b, b);
+            o->w = make_w(m, 1, b == B_Q ? H : KV, dt, 0.2f, 1.0f);
+            o->w_role = b == B_Q ? THIN_ROLE_Q_NORM : THIN_ROLE_K_NORM;
+            o->eps = 1e-6f;
+        }
         for (int b = B_Q; bias_dt && b <= B_V; b++) {
             o = add_op(m, PLAN_BIAS, l, -1, b);
             o->w = make_w(m, 1, b == B_Q ? H : KV, bias_dt, 0.5f, 0.0f);
@@ -188,15 +198,15 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
         o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f;
         linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
-        if (gemma) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
+        if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
         add_op(m, PLAN_ADD, l, B_H, B_X);
-        norm(m, l, B_X, B_H, dt);
-        linear(m, l, B_H, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
-        linear(m, l, B_H, B_U, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_UP);
+        if (!olmo) norm(m, l, B_X, B_H, dt);
+        linear(m, l, in, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
+        linear(m, l, in, B_U, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_UP);
         add_op(m, gemma ? PLAN_GELU_TANH_MUL : PLAN_SILU_MUL, l, B_U, B_G);
         linear(m, l, B_G, B_H, make_w(m, H, I, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)I), 0),
                THIN_ROLE_DOWN);
-        if (gemma) norm(m, l, B_H, B_H, dt); /* the MLP's output norm */
+        if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the MLP's output norm */
         add_op(m, PLAN_ADD, l, B_H, B_X);
     }
     norm(m, -1, B_X, B_H, dt);
@@ -481,6 +491,11 @@ static void run_all(const char *tag) {
     unsetenv("THIN_CUDA_GEMMA");
     gemma = 0;
     qknorm_dt = 0;
+    /* OLMo 2's layer (no op of its own) */
+    olmo = 1;
+    CASE("OLMo 2 layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("OLMo 2 layer F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    olmo = 0;
     /* LongRoPE (Phi-3-mini-128k): a table of its own and cos and sin scaled, in the q/k/v
      * epilogue and (prefill, F32 rows) the rope-and-store kernel */
     rope_m = 1.19f;
