@@ -97,7 +97,9 @@ json.dump({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "g
            "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
            "bos_token_id": 2, "eos_token_id": [1, 106]}, open(dst + "/config.json", "w"))
 PY
-    "$BIN/thin-pack" -q "$T/mm" -o "$T/mm.thin"
+    "$BIN/thin-pack" "$T/mm" -o "$T/mm.thin" 2> "$T/mmerr.txt"
+    grep -q '1 tensor of a vision tower and its projector kept with role other' "$T/mmerr.txt"
+    if grep -q 'outside the Llama family naming' "$T/mmerr.txt"; then echo "the vision tower named unknown" >&2; exit 1; fi
     "$BIN/thin-inspect" "$T/mm.thin" > "$T/mm.txt"
     grep -q "^${pre}layers.1.post_attention_layernorm.weight  *attn_post_norm  *1 " "$T/mm.txt"
     grep -q 'vision_tower.vision_model.embeddings.patch_embedding.weight  *other' "$T/mm.txt"

@@ -54,7 +54,14 @@ int pack_plan_shard(pack *p, const st_header *h, const char *label)
         pack_tensor *t = &p->t[p->n_t];
         memset(t, 0, sizeof *t);
         roles_kind k = roles_map_family(p->family, s->name, &t->role, &t->layer);
-        if (k == ROLES_UNKNOWN)
+        static const char *const vision[] = {"vision_tower.", "multi_modal_projector.",
+                                             "model.vision_tower.", "model.multi_modal_projector."};
+        int is_vision = 0;
+        for (size_t v = 0; k == ROLES_UNKNOWN && v < sizeof vision / sizeof vision[0]; v++)
+            is_vision |= strncmp(s->name, vision[v], strlen(vision[v])) == 0;
+        if (is_vision)
+            p->n_vision++;
+        else if (k == ROLES_UNKNOWN)
             note_name(p->unknown_names, sizeof p->unknown_names, &p->n_unknown, s->name);
         if (k == ROLES_BIAS)
             note_name(p->bias_names, sizeof p->bias_names, &p->n_bias, s->name);

@@ -85,6 +85,9 @@ static int add_tied(pack *p, const char *embed, const char *head)
 
 static void summary_warnings(const pack *p)
 {
+    if (p->n_vision)
+        cli_warn("%zu tensor%s of a vision tower and its projector kept with role other (the tape "
+                 "runs the text model)", p->n_vision, p->n_vision == 1 ? "" : "s");
     if (p->n_unknown)
         cli_warn("%zu tensor%s with names outside the Llama family naming kept with role other: "
                  "%s%s", p->n_unknown, p->n_unknown == 1 ? "" : "s", p->unknown_names,

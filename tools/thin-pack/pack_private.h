@@ -42,7 +42,8 @@ typedef struct pack {
     json_t *seen;             /* tensor name -> index in t */
     pack_tensor *t;
     size_t n_t, cap_t;
-    size_t n_unknown, n_bias;
+    size_t n_unknown, n_bias, n_vision; /* n_vision: a multimodal checkpoint's vision tower and
+                                           projector tensors (role other, not in the tape) */
     char unknown_names[200], bias_names[200];
     uint64_t done, total;     /* progress, raw source bytes */
     uint8_t *cvt;             /* conversion buffer, PACK_BLOCK bytes */
