@@ -9,7 +9,8 @@
 #   products, before the rope; split over 2 devices; heads of 16 and of 32 dims; and with YaRN's
 #   rope scaling, whose logits differ from the unscaled model's and whose context may be asked
 #   for up to YaRN's reach, past max_position_embeddings (the default).
-#   OLMo 2 (the same weights with its post-norms and whole q/k norms).
+#   OLMo 2 (the same weights with its post-norms and whole q/k norms), and the Llama form as
+#   Mistral 3's multimodal checkpoint holds its text model.
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -58,6 +59,44 @@ if "$BIN/thin-run" "$T/o.thin" --device cpu --shards 2 --score "$O/ids.txt" --ou
     echo "OLMo 2 split over 2 devices" >&2; exit 1
 fi
 grep -q 'q_norm.weight, layer 0): its input is divided over the devices' "$T/err.txt"
+# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form): the Llama model of make.py
+# --no-bias under language_model.model., its config in text_config, a vision tower beside it;
+# its logits are the Llama's
+python3 -B "$FIX/qwen2-tiny/make.py" "$T/llama" --no-bias
+mkdir "$T/m3"
+python3 - "$T/llama" "$T/m3" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1:]
+d = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+hdr, body = json.loads(d[8:8 + n]), d[8 + n:]
+out, blobs, off = {}, [], 0
+for name, t in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    b = body[t["data_offsets"][0]:t["data_offsets"][1]]
+    out["language_model." + name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+v = struct.pack("<2f", 1, 2)
+out["multi_modal_projector.linear_1.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [off, off + 8]}
+blobs.append(v)
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+cfg = json.load(open(src + "/config.json"))
+text = {k: v for k, v in cfg.items() if k != "architectures"}
+text["model_type"] = "mistral"
+json.dump({"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+           "text_config": text, "vision_config": {"model_type": "pixtral"}}, open(dst + "/config.json", "w"))
+PY
+"$BIN/thin-pack" -q "$T/m3" -o "$T/m3.thin"
+"$BIN/thin-inspect" "$T/m3.thin" > "$T/m3.txt"
+grep -q '^model: Mistral3ForConditionalGeneration (mistral)' "$T/m3.txt"
+grep -q '^language_model.model.layers.1.post_attention_layernorm.weight  *ffn_norm  *1 ' "$T/m3.txt"
+grep -q '^language_model.lm_head.weight  *lm_head ' "$T/m3.txt"
+grep -q '^multi_modal_projector.linear_1.weight  *other ' "$T/m3.txt"
+"$BIN/thin-run" "$T/m3.thin" --device cpu --kv-dtype f32 --score "$T/llama/ids.txt" --out "$T/m3.f32"
+echo "Mistral 3 (multimodal checkpoint's text model):"
+"$BIN/thin-compare" "$T/llama/logits.f32" "$T/m3.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
 # YaRN's reach (factor 4 x 16) is the model's limit, past its max_position_embeddings of 32
 "$BIN/thin-run" "$T/q.thin" --device cpu --ctx 64 --kv-dtype f32 --score "$FIX/qwen3-yarn/ids.txt" --out "$T/y64.f32"
 cmp "$T/f32.f32" "$T/y64.f32"

@@ -82,6 +82,7 @@ const char *arch_family(const char *a)
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
         {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
         {"Gemma2ForCausalLM", "gemma2"}, {"Olmo2ForCausalLM", "olmo2"},
+        {"Mistral3ForConditionalGeneration", "mistral"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -721,9 +722,9 @@ static const char gemma3_defaults[] =
     " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"rope_local_base_freq\": 10000.0,"
     " \"sliding_window_pattern\": 6}";
 
-/* The configuration the text model is read from: config itself, or for Gemma 3 its text part
- * (a multimodal checkpoint's text_config, with the top level's bos/eos ids where it has them)
- * over Gemma3TextConfig's defaults. A new reference. */
+/* The configuration the text model is read from: config itself, or a multimodal checkpoint's
+ * text_config (Gemma 3's, Mistral 3's) with the top level's bos/eos ids where it has them; for
+ * Gemma over its config class's defaults. A new reference. */
 static const char gemma2_defaults[] =
     "{\"vocab_size\": 256000, \"hidden_size\": 2304, \"intermediate_size\": 9216,"
     " \"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
@@ -735,11 +736,11 @@ static const char gemma2_defaults[] =
 
 static json_t *text_config(const json_t *config, const char *family)
 {
-    const int g2 = strcmp(family, "gemma2") == 0;
-    if (strcmp(family, "gemma3") != 0 && !g2)
-        return json_incref((json_t *)config);
-    json_t *t = json_loads(g2 ? gemma2_defaults : gemma3_defaults, 0, NULL);
+    const int g2 = strcmp(family, "gemma2") == 0, g3 = strcmp(family, "gemma3") == 0;
     const json_t *tc = json_object_get(config, "text_config");
+    if (!g2 && !g3 && !json_is_object(tc))
+        return json_incref((json_t *)config);
+    json_t *t = g2 || g3 ? json_loads(g2 ? gemma2_defaults : gemma3_defaults, 0, NULL) : json_object();
     if (!t)
         return NULL;
     json_object_update(t, json_is_object(tc) ? (json_t *)tc : (json_t *)config);

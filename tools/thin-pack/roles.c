@@ -168,11 +168,12 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
 
 roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer)
 {
-    /* a multimodal Gemma 3 checkpoint's text model: its names as the text-only model's */
+    /* a multimodal checkpoint's text model (Gemma 3's, Mistral 3's): its names as the text-only
+     * model's, whatever the family */
     static const char *const prefixes[][2] = {{"language_model.model.", "model."},
                                               {"model.language_model.", "model."},
                                               {"language_model.lm_head.", "lm_head."}};
-    for (size_t i = 0; roles_family_post_norms(family) && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         const size_t k = strlen(prefixes[i][0]);
         if (strncmp(name, prefixes[i][0], k) == 0 && strlen(name + k) < 200) {
             char plain[216];

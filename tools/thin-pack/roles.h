@@ -30,8 +30,9 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap);
  * OLMo 2: post_attention_layernorm normalizes the attention's output). */
 int roles_family_post_norms(const char *family);
 
-/* roles_map for a model of `family` (NULL: not known): Gemma's (and OLMo 2's)
- * post_attention_layernorm is
+/* roles_map for a model of `family` (NULL: not known), a multimodal checkpoint's text model
+ * (language_model.model.*, model.language_model.*, language_model.lm_head.*) named as the text-only
+ * model's; Gemma's (and OLMo 2's) post_attention_layernorm is
  * attn_post_norm, pre_feedforward_layernorm ffn_norm and post_feedforward_layernorm
  * ffn_post_norm; other names and families as roles_map. */
 roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer);
