@@ -67,36 +67,11 @@ fi
 # the multimodal forms: renamed tensors, a vision tower kept with role other, text_config
 for pre in language_model.model. model.language_model.; do
     rm -rf "$T/mm" && mkdir "$T/mm"
-    python3 - "$G" "$T/mm" "$pre" <<'PY'
-import json, struct, sys
-src, dst, pre = sys.argv[1:]
-d = open(src + "/model.safetensors", "rb").read()
-n = struct.unpack("<Q", d[:8])[0]
-hdr = json.loads(d[8:8 + n])
-body = d[8 + n:]
-out, blobs, off = {}, [], 0
-for name, t in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-    b = body[t["data_offsets"][0]:t["data_offsets"][1]]
-    new = pre + name[len("model."):] if name.startswith("model.") else name
-    out[new] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [off, off + len(b)]}
-    blobs.append(b)
-    off += len(b)
-v = struct.pack("<4f", 1, 2, 3, 4)
-out["vision_tower.vision_model.embeddings.patch_embedding.weight" if pre[0] == "l" else
-    "model.vision_tower.vision_model.embeddings.patch_embedding.weight"] = {
-    "dtype": "F32", "shape": [4], "data_offsets": [off, off + len(v)]}
-blobs.append(v)
-h = json.dumps(out).encode()
-h += b" " * (-len(h) % 8)
-open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-cfg = json.load(open(src + "/config.json"))
-text = {k: v for k, v in cfg.items() if k not in ("architectures", "rms_norm_eps", "rope_local_base_freq",
-                                                  "hidden_activation", "bos_token_id", "eos_token_id")}
-text["model_type"] = "gemma3_text"
-json.dump({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-           "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
-           "bos_token_id": 2, "eos_token_id": [1, 106]}, open(dst + "/config.json", "w"))
-PY
+    case $pre in language_model.*) vision=vision_tower.vision_model.embeddings.patch_embedding.weight ;;
+                 *) vision=model.vision_tower.vision_model.embeddings.patch_embedding.weight ;; esac
+    python3 "$(dirname "$0")/multimodal.py" "$G" "$T/mm" "$pre" Gemma3ForConditionalGeneration \
+        gemma3_text "$vision" rms_norm_eps,rope_local_base_freq,hidden_activation,bos_token_id,eos_token_id \
+        '{"model_type": "gemma3", "vision_config": {"model_type": "siglip_vision_model"}, "bos_token_id": 2, "eos_token_id": [1, 106]}'
     "$BIN/thin-pack" "$T/mm" -o "$T/mm.thin" 2> "$T/mmerr.txt"
     grep -q '1 tensor of a vision tower and its projector kept with role other' "$T/mmerr.txt"
     if grep -q 'outside the Llama family naming' "$T/mmerr.txt"; then echo "the vision tower named unknown" >&2; exit 1; fi

@@ -64,30 +64,9 @@ grep -q 'q_norm.weight, layer 0): its input is divided over the devices' "$T/err
 # its logits are the Llama's
 python3 -B "$FIX/qwen2-tiny/make.py" "$T/llama" --no-bias
 mkdir "$T/m3"
-python3 - "$T/llama" "$T/m3" <<'PY'
-import json, struct, sys
-src, dst = sys.argv[1:]
-d = open(src + "/model.safetensors", "rb").read()
-n = struct.unpack("<Q", d[:8])[0]
-hdr, body = json.loads(d[8:8 + n]), d[8 + n:]
-out, blobs, off = {}, [], 0
-for name, t in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-    b = body[t["data_offsets"][0]:t["data_offsets"][1]]
-    out["language_model." + name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [off, off + len(b)]}
-    blobs.append(b)
-    off += len(b)
-v = struct.pack("<2f", 1, 2)
-out["multi_modal_projector.linear_1.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [off, off + 8]}
-blobs.append(v)
-h = json.dumps(out).encode()
-h += b" " * (-len(h) % 8)
-open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-cfg = json.load(open(src + "/config.json"))
-text = {k: v for k, v in cfg.items() if k != "architectures"}
-text["model_type"] = "mistral"
-json.dump({"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
-           "text_config": text, "vision_config": {"model_type": "pixtral"}}, open(dst + "/config.json", "w"))
-PY
+python3 "$(dirname "$0")/multimodal.py" "$T/llama" "$T/m3" language_model.model. \
+    Mistral3ForConditionalGeneration mistral multi_modal_projector.linear_1.weight "" \
+    '{"model_type": "mistral3", "vision_config": {"model_type": "pixtral"}}'
 "$BIN/thin-pack" -q "$T/m3" -o "$T/m3.thin"
 "$BIN/thin-inspect" "$T/m3.thin" > "$T/m3.txt"
 grep -q '^model: Mistral3ForConditionalGeneration (mistral)' "$T/m3.txt"
