@@ -5,10 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-    const char *suffix; /* after "model.layers.N." */
+/* A layer tensor's name after "model.layers.N." and before ".weight" (or ".bias"), and its role. */
+typedef struct suffix_role {
+    const char *suffix;
     thin_role role;
-} layer_names[] = {
+} suffix_role;
+
+static const suffix_role layer_names[] = {
     {"self_attn.q_proj", THIN_ROLE_Q},
     {"self_attn.k_proj", THIN_ROLE_K},
     {"self_attn.v_proj", THIN_ROLE_V},
@@ -27,10 +30,7 @@ static const struct {
 
 /* Biases with a role of their own (the tape adds them after their projection; other biases
  * keep role other). */
-static const struct {
-    const char *suffix; /* after "model.layers.N.", without ".bias" */
-    thin_role role;
-} bias_names[] = {
+static const suffix_role bias_names[] = {
     {"self_attn.q_proj", THIN_ROLE_Q_BIAS},
     {"self_attn.k_proj", THIN_ROLE_K_BIAS},
     {"self_attn.v_proj", THIN_ROLE_V_BIAS},
@@ -50,10 +50,7 @@ static const struct {
 /* Gemma's norms ("model.layers.N." + suffix + ".weight"): four a layer, the attention's and the
  * MLP's output normalized before each residual add, so post_attention_layernorm is not the MLP's
  * input norm that Llama's is (OLMo 2 names its two post-norms the same way). */
-static const struct {
-    const char *suffix;
-    thin_role role;
-} gemma_names[] = {
+static const suffix_role gemma_names[] = {
     {"post_attention_layernorm", THIN_ROLE_ATTN_POST_NORM},
     {"pre_feedforward_layernorm", THIN_ROLE_FFN_NORM},
     {"post_feedforward_layernorm", THIN_ROLE_FFN_POST_NORM},
@@ -93,6 +90,26 @@ static int32_t layer_prefix(const char *name, const char **rest)
     return (int32_t)v;
 }
 
+/* Role of suffix rest[0..rn) in table t of n entries, or -1. */
+static int suffix_role_of(const suffix_role *t, size_t n, const char *rest, size_t rn)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(t[i].suffix) == rn && memcmp(rest, t[i].suffix, rn) == 0)
+            return (int)t[i].role;
+    return -1;
+}
+
+/* "model.layers.<layer>.<suffix><ext>" for `role` from table t of n entries into buf: the
+ * snprintf count, or -1 where the table has no such role. */
+static int suffix_name(const suffix_role *t, size_t n, thin_role role, int32_t layer,
+                       const char *ext, char *buf, size_t cap)
+{
+    for (size_t i = 0; layer >= 0 && i < n; i++)
+        if (t[i].role == role)
+            return snprintf(buf, cap, "model.layers.%d.%s%s", (int)layer, t[i].suffix, ext);
+    return -1;
+}
+
 /* Role of "stem" (a name without its last component), or -1. */
 static int stem_role(const char *stem, size_t n, int32_t *layer)
 {
@@ -105,11 +122,7 @@ static int stem_role(const char *stem, size_t n, int32_t *layer)
     if (l < 0)
         return -1;
     *layer = l;
-    size_t rn = n - (size_t)(rest - stem);
-    for (size_t i = 0; i < N_LAYER_NAMES; i++)
-        if (strlen(layer_names[i].suffix) == rn && memcmp(rest, layer_names[i].suffix, rn) == 0)
-            return layer_names[i].role;
-    return -1;
+    return suffix_role_of(layer_names, N_LAYER_NAMES, rest, n - (size_t)(rest - stem));
 }
 
 roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
@@ -139,13 +152,11 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
     if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l) >= 0) {
         if (l < 0)
             return ROLES_BIAS;
-        const size_t rn = n - strlen(".bias") - (size_t)(rest - name);
-        for (size_t i = 0; i < N_BIAS_NAMES; i++)
-            if (strlen(bias_names[i].suffix) == rn && memcmp(rest, bias_names[i].suffix, rn) == 0) {
-                *role = bias_names[i].role;
-                return ROLES_KNOWN;
-            }
-        return ROLES_BIAS;
+        r = suffix_role_of(bias_names, N_BIAS_NAMES, rest, n - strlen(".bias") - (size_t)(rest - name));
+        if (r < 0)
+            return ROLES_BIAS;
+        *role = (thin_role)r;
+        return ROLES_KNOWN;
     }
     return ROLES_UNKNOWN;
 }
@@ -156,13 +167,10 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
     for (size_t i = 0; i < N_GLOBAL_NAMES; i++)
         if (global_names[i].role == role)
             n = snprintf(buf, cap, "%s.weight", global_names[i].stem);
-    for (size_t i = 0; n < 0 && i < N_LAYER_NAMES; i++)
-        if (layer_names[i].role == role && layer >= 0)
-            n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer,
-                         layer_names[i].suffix);
-    for (size_t i = 0; n < 0 && i < N_BIAS_NAMES; i++)
-        if (bias_names[i].role == role && layer >= 0)
-            n = snprintf(buf, cap, "model.layers.%d.%s.bias", (int)layer, bias_names[i].suffix);
+    if (n < 0)
+        n = suffix_name(layer_names, N_LAYER_NAMES, role, layer, ".weight", buf, cap);
+    if (n < 0)
+        n = suffix_name(bias_names, N_BIAS_NAMES, role, layer, ".bias", buf, cap);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
@@ -181,27 +189,25 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
             return roles_map_family(family, plain, role, layer);
         }
     }
-    const char *rest = "";
-    const int32_t l = roles_family_post_norms(family) ? layer_prefix(name, &rest) : -1;
-    const size_t n = l >= 0 ? strlen(rest) : 0;
-    for (size_t i = 0; l >= 0 && i < N_GEMMA_NAMES; i++) {
-        const size_t k = strlen(gemma_names[i].suffix);
-        if (n == k + strlen(".weight") && memcmp(rest, gemma_names[i].suffix, k) == 0 &&
-            strcmp(rest + k, ".weight") == 0) {
-            *role = gemma_names[i].role;
-            *layer = l;
-            return ROLES_KNOWN;
-        }
-    }
-    return roles_map(name, role, layer);
+    const char *rest;
+    const size_t n = strlen(name);
+    const int32_t l = roles_family_post_norms(family) && ends_with(name, n, ".weight")
+                          ? layer_prefix(name, &rest) : -1;
+    const int r = l < 0 ? -1
+                        : suffix_role_of(gemma_names, N_GEMMA_NAMES, rest,
+                                         n - strlen(".weight") - (size_t)(rest - name));
+    if (r < 0)
+        return roles_map(name, role, layer);
+    *role = (thin_role)r;
+    *layer = l;
+    return ROLES_KNOWN;
 }
 
 int roles_name_family(const char *family, thin_role role, int32_t layer, char *buf, size_t cap)
 {
-    for (size_t i = 0; layer >= 0 && roles_family_post_norms(family) && i < N_GEMMA_NAMES; i++)
-        if (gemma_names[i].role == role) {
-            int n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer, gemma_names[i].suffix);
-            return n < 0 || (size_t)n >= cap ? -1 : 0;
-        }
-    return roles_name(role, layer, buf, cap);
+    const int n = roles_family_post_norms(family)
+                      ? suffix_name(gemma_names, N_GEMMA_NAMES, role, layer, ".weight", buf, cap) : -1;
+    if (n < 0)
+        return roles_name(role, layer, buf, cap);
+    return (size_t)n >= cap ? -1 : 0;
 }
