@@ -252,7 +252,7 @@ static int warm_up(cuda_session *s) {
 /* Whether attention op a's scale reaches the kernels: 1/sqrt(head_dim), or another carried by the
  * weights of a q head norm of its layer (norm_fold_factor). */
 static int attn_scale_runs(const plan *p, const plan_op *a) {
-    if (!(a->attn_scale > 0) || a->attn_scale == 1.0f / sqrtf((float)a->head_dim)) return 1;
+    if (plan_attn_scale_default(a)) return 1;
     for (uint32_t j = 0; j < p->n_ops; j++)
         if (p->ops[j].kind == PLAN_HEAD_RMSNORM && p->ops[j].layer == a->layer && p->ops[j].in == a->q)
             return 1;
@@ -275,9 +275,8 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                            : o->norm_offset != 0.0f && !gemma                          ? "norm weights counted from an offset"
                            : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f &&
                                    !gemma                                              ? "scaled embedding"
-                           : o->kind == PLAN_ATTENTION && (!gemma || !attn_scale_runs(p, o)) &&
-                                   o->attn_scale > 0 &&
-                                   o->attn_scale != 1.0f / sqrtf((float)o->head_dim)  ? "attention scale other than 1/sqrt(head_dim)"
+                           : o->kind == PLAN_ATTENTION && !plan_attn_scale_default(o) &&
+                                   !(gemma && attn_scale_runs(p, o))                   ? "attention scale other than 1/sqrt(head_dim)"
                            : o->kind == PLAN_ATTENTION && o->softcap > 0               ? "attention soft cap"
                            : o->kind == PLAN_SOFTCAP                                   ? "logit soft cap"
                                                                                         : NULL;

@@ -144,8 +144,7 @@ float norm_fold_factor(const plan *p, uint32_t i) {
     if (n->kind != PLAN_HEAD_RMSNORM) return 1.0f;
     for (uint32_t j = 0; j < p->n_ops; j++) {
         const plan_op *a = &p->ops[j];
-        if (a->kind == PLAN_ATTENTION && a->layer == n->layer && a->q == n->in && a->attn_scale > 0 &&
-            a->attn_scale != 1.0f / sqrtf((float)a->head_dim))
+        if (a->kind == PLAN_ATTENTION && a->layer == n->layer && a->q == n->in && !plan_attn_scale_default(a))
             return a->attn_scale * sqrtf((float)a->head_dim);
     }
     return 1.0f;

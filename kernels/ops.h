@@ -102,6 +102,10 @@ void op_attention_heads(float *out, const float *q, const void *kcache, const vo
  * position's row; no row attends a position before it, as with a window's ring of rows): 0 for
  * caches that start at position 0. scratch: max(nb, OP_ATTN_HEADS) * (pos0 + nb) floats. */
 #define OP_ATTN_HEADS 8
+/* The first position a query at position n - 1 sees under a sliding window (0: none). */
+static inline uint64_t op_window_start(uint64_t n, uint64_t window) {
+    return window && n > window ? n - window : 0;
+}
 void op_attention_rows(float *out, uint64_t ldo, const float *q, uint64_t ldq, const void *kcache,
                        const void *vcache, thin_dtype kv_dtype, uint64_t n_heads, uint64_t n_kv_heads,
                        uint64_t head_dim, uint64_t pos0, uint32_t nb, uint64_t h0, uint64_t h1,

@@ -574,13 +574,13 @@ static void attend(float *out, uint64_t os, const float *q, uint64_t qs, uint32_
                    uint64_t first, float *scratch) {
     const uint64_t n_all = n0 + (nv - 1) * dn;
     /* the first position any vector sees: vector 0's window starts first */
-    const uint64_t lo0 = window && n0 > window ? n0 - window : 0;
+    const uint64_t lo0 = op_window_start(n0, window);
     /* every vector's scores against every position from there (those past a vector's own are
      * not used) */
     products(scratch + first, n_all, kbase, pitch, dt, head_dim, NULL, q, qs, nv, lo0 - first, n_all - first);
     for (uint32_t j = 0; j < nv; j++) {
         float *sj = scratch + (size_t)j * n_all;
-        const uint64_t n = n0 + j * dn, lo = window && n > window ? n - window : 0;
+        const uint64_t n = n0 + j * dn, lo = op_window_start(n, window);
         for (uint64_t t = lo; t < n; t++) sj[t] *= scale;
         if (softcap > 0) op_softcap(sj + lo, softcap, n - lo);
         softmax(sj + lo, n - lo);

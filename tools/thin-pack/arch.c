@@ -28,6 +28,7 @@ typedef struct hp {
     int gemma3;           /* Gemma 3: q/k norms, the sliding layers' own RoPE base */
     int olmo2;            /* OLMo 2: no input norms, the attention's and the MLP's outputs
                              normalized (as Gemma's post-norms), q and k normalized whole */
+    int post_norms;       /* Gemma or OLMo 2: the o and down outputs normalized before their adds */
     const char *family;
     double attn_softcap, logit_softcap; /* Gemma 2's soft caps (0: none) */
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
@@ -259,28 +260,29 @@ static int must_be_null(const ctx *c, const char *key)
     return 0;
 }
 
-/* Gemma 3: which layers slide (layer_types, else every layer but each sliding_window_pattern-th,
- * default 6), the window, the sliding layers' RoPE base (rope_parameters.sliding_attention's, else
- * rope_local_base_freq, default 1e4) and the attention's scale query_pre_attn_scalar^-1/2
- * (default 256). */
+/* Gemma: which layers slide (layer_types, else every layer but each sliding_window_pattern-th,
+ * default 6 for Gemma 3, 2 for Gemma 2), the window, the attention's scale
+ * query_pre_attn_scalar^-1/2 (default 256); Gemma 3's sliding layers' RoPE base
+ * (rope_parameters.sliding_attention's, else rope_local_base_freq, default 1e4), Gemma 2's soft
+ * caps. */
 static int read_gemma(const ctx *c, hp *h)
 {
     int64_t every, qpas, win;
-    h->gemma3 = strcmp(c->family, "gemma3") == 0;
     if (get_int(c, "sliding_window", 1, (int64_t)1 << 32, 1, 4096, &win) ||
         get_int(c, "sliding_window_pattern", 1, 1 << 16, 1, h->gemma3 ? 6 : 2, &every) ||
-        get_int(c, "query_pre_attn_scalar", 1, (int64_t)1 << 32, 1, 256, &qpas) ||
-        get_real(c, "rope_local_base_freq", h->gemma3 ? 10000.0 : h->theta, &h->local_theta))
+        get_int(c, "query_pre_attn_scalar", 1, (int64_t)1 << 32, 1, 256, &qpas))
         return -1;
-    if (!h->gemma3) /* Gemma 2: one RoPE base; its soft caps */
-        h->local_theta = h->theta;
-    if (!h->gemma3 && (get_real(c, "attn_logit_softcapping", 0, &h->attn_softcap) ||
-                       get_real(c, "final_logit_softcapping", 0, &h->logit_softcap)))
+    if (h->gemma3) { /* the sliding layers' own RoPE base */
+        if (get_real(c, "rope_local_base_freq", 10000.0, &h->local_theta))
+            return -1;
+        const json_t *rp = json_object_get(json_object_get(c->config, "rope_parameters"), "sliding_attention");
+        const json_t *lt = json_object_get(rp, "rope_theta");
+        if (json_is_number(lt) && json_number_value(lt) > 0)
+            h->local_theta = json_number_value(lt);
+    } else if (get_real(c, "attn_logit_softcapping", 0, &h->attn_softcap) || /* Gemma 2's caps */
+               get_real(c, "final_logit_softcapping", 0, &h->logit_softcap)) {
         return -1;
-    const json_t *rp = json_object_get(json_object_get(c->config, "rope_parameters"), "sliding_attention");
-    const json_t *lt = json_object_get(rp, "rope_theta");
-    if (json_is_number(lt) && json_number_value(lt) > 0)
-        h->local_theta = json_number_value(lt);
+    }
     h->window = win;
     h->attn_scale = 1.0 / sqrt((double)qpas);
     if (!(h->sliding = malloc((size_t)h->n_layers)))
@@ -310,7 +312,9 @@ static int read_hparams(const ctx *c, hp *h)
     const int64_t big = (int64_t)1 << 32;
     h->family = c->family;
     h->olmo2 = strcmp(c->family, "olmo2") == 0;
-    h->gemma = roles_family_post_norms(c->family) && !h->olmo2;
+    h->gemma3 = strcmp(c->family, "gemma3") == 0;
+    h->post_norms = roles_family_post_norms(c->family);
+    h->gemma = h->post_norms && !h->olmo2;
     if (get_int(c, "vocab_size", 1, big, 0, 0, &h->vocab) ||
         get_int(c, "hidden_size", 1, big, 0, 0, &h->hidden) ||
         get_int(c, "intermediate_size", 1, big, 0, 0, &h->inter) ||
@@ -487,10 +491,10 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
             ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
             ((h->bias[l] & 2) && expect(c, THIN_ROLE_K_BIAS, l, kvd, 0)) ||
             ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)) ||
-            ((h->gemma || h->olmo2) && (expect(c, THIN_ROLE_ATTN_POST_NORM, l, d, 0) ||
+            (h->post_norms && (expect(c, THIN_ROLE_ATTN_POST_NORM, l, d, 0) ||
                                         expect(c, THIN_ROLE_FFN_POST_NORM, l, d, 0))))
             return -1;
-        if ((h->gemma || h->olmo2) && (h->bias[l] || h->fused[l])) {
+        if (h->post_norms && (h->bias[l] || h->fused[l])) {
             warnf(c, "no execution tape: layer %d of a %s model has biases or fused projections",
                   (int)l, h->family);
             return -1;
@@ -567,7 +571,7 @@ static int push_rmsnorm(json_t *ops, const hp *h, thin_role role, int32_t l)
 static int push_rope(json_t *ops, const hp *h, int32_t l, const char *buf)
 {
     /* Gemma 3's sliding layers rotate at their own base, unscaled */
-    const int local = h->gemma && h->gemma3 && h->sliding[l];
+    const int local = h->gemma3 && h->sliding[l];
     json_t *op = json_pack("{ss ss sI sf si}", "op", "rope", "in", buf, "head_dim",
                            (json_int_t)h->head_dim, "theta", local ? h->local_theta : h->theta,
                            "layer", (int)l);
@@ -599,7 +603,7 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
     for (int i = 0; !rc && i < 3; i++) {
         if (!(h->bias[l] & (1u << i)))
             continue;
-        rc = tname(NULL, h->pre, h->head, bias_role[i], l, w, sizeof w) ||
+        rc = tname(h->family, h->pre, h->head, bias_role[i], l, w, sizeof w) ||
              push(ops, json_pack("{ss ss ss si}", "op", "bias", "w", w, "out", bias_buf[i],
                                  "layer", (int)l));
     }
@@ -607,7 +611,7 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
     for (int i = 0; !rc && qk_norm && h->olmo2 && i < 2; i++)
         rc = push_norm_of(ops, h, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, i ? "k" : "q", i ? "k" : "q");
     for (int i = 0; !rc && qk_norm && !h->olmo2 && i < 2; i++) {
-        if ((rc = tname(NULL, h->pre, h->head, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
+        if ((rc = tname(h->family, h->pre, h->head, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
             break;
         json_t *op = json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
                                i ? "k" : "q", "head_dim", (json_int_t)h->head_dim, "eps", h->eps,
@@ -631,7 +635,7 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
             json_object_set_new(att, "softcap", json_real(h->attn_softcap));
     }
     return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
-           ((h->gemma || h->olmo2) && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
+           (h->post_norms && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 
@@ -647,7 +651,7 @@ static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
            push(ops, json_pack("{ss ss ss}", "op", h->gemma ? "gelu_tanh_mul" : "silu_mul", "in", "u",
                                "out", "g")) ||
            push_linear(ops, h, THIN_ROLE_DOWN, l, "g", "h", "row") ||
-           ((h->gemma || h->olmo2) && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
+           (h->post_norms && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
 }
 
@@ -722,9 +726,7 @@ static const char gemma3_defaults[] =
     " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"rope_local_base_freq\": 10000.0,"
     " \"sliding_window_pattern\": 6}";
 
-/* The configuration the text model is read from: config itself, or a multimodal checkpoint's
- * text_config (Gemma 3's, Mistral 3's) with the top level's bos/eos ids where it has them; for
- * Gemma over its config class's defaults. A new reference. */
+/* Gemma2Config's defaults. */
 static const char gemma2_defaults[] =
     "{\"vocab_size\": 256000, \"hidden_size\": 2304, \"intermediate_size\": 9216,"
     " \"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
@@ -734,6 +736,9 @@ static const char gemma2_defaults[] =
     " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"final_logit_softcapping\": 30.0,"
     " \"attn_logit_softcapping\": 50.0}";
 
+/* The configuration the text model is read from: config itself, or a multimodal checkpoint's
+ * text_config (Gemma 3's, Mistral 3's) with the top level's bos/eos ids where it has them; for
+ * Gemma over its config class's defaults. A new reference. */
 static json_t *text_config(const json_t *config, const char *family)
 {
     const int g2 = strcmp(family, "gemma2") == 0, g3 = strcmp(family, "gemma3") == 0;

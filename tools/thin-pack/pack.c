@@ -182,6 +182,8 @@ int pack_take_side(pack *p, const char *base, uint8_t *data, size_t size)
     json_t *j = n > 5 && strcmp(base + n - 5, ".json") == 0
                     ? json_loadb((const char *)data, size, 0, &je) : json_object();
     int ok = json_is_object(j), parsed = j != NULL;
+    if (ok && i == 0) /* config.json: the family names the roles of the tensors planned after it */
+        p->family = arch_family(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)));
     json_decref(j);
     if (!ok) {
         free(data);
@@ -193,11 +195,6 @@ int pack_take_side(pack *p, const char *base, uint8_t *data, size_t size)
     p->side[i].name = strdup(base);
     p->side[i].data = data;
     p->side[i].size = size;
-    if (i == 0) { /* config.json: the family names the roles of the tensors planned after it */
-        json_t *cfg = json_loadb((const char *)data, size, 0, NULL);
-        p->family = arch_family(json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)));
-        json_decref(cfg);
-    }
     return p->side[i].name ? 0 : pack_fail("out of memory");
 }
 

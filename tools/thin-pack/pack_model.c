@@ -212,8 +212,8 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie, char 
             int32_t l;
             roles_map_family(am.family, p->t[i].name, &r, &l);
             if (r != p->t[i].role) { /* tagged before config.json was read (an archive's order) */
-                on_warn(why, "no execution tape: config.json came after the weights, whose Gemma "
-                             "norms were tagged as Llama's; put it first in the archive");
+                on_warn(why, "no execution tape: config.json came after the weights, whose "
+                             "post-norms were tagged as Llama's norms; put it first in the archive");
                 json_decref(am.tape);
                 am.tape = NULL;
                 break;

@@ -113,7 +113,7 @@ static void attn_rows_part(void *arg, unsigned part, unsigned n) {
     const int32_t l = op->layer;
     const uint64_t *sz = s->p->buf_sizes;
     /* a ring's rows from the first position the batch sees: its first row's window start */
-    const uint64_t n0 = (uint64_t)j->pos + 1, first = s->ring[l] && n0 > op->window ? n0 - op->window : 0;
+    const uint64_t first = s->ring[l] ? op_window_start((uint64_t)j->pos + 1, op->window) : 0;
     const size_t off = (size_t)(s->ring[l] ? first % s->ring[l] : 0) * s->kv_dim[l] * thin_dtype_size(s->p->kv_dtype);
     op_attention_rows(row(s, op->out, 0), sz[op->out], row(s, op->q, 0), sz[op->q],
                       (const uint8_t *)s->kcache[l] + off, (const uint8_t *)s->vcache[l] + off,

@@ -74,6 +74,10 @@ static inline uint32_t plan_rot_dim(const plan_op *o) { return o->rot_dim ? o->r
 static inline float plan_attn_scale(const plan_op *o) {
     return o->attn_scale > 0 ? o->attn_scale : 1.0f / sqrtf((float)o->head_dim);
 }
+/* Whether that factor is the default 1/sqrt(head_dim) (given or not). */
+static inline int plan_attn_scale_default(const plan_op *o) {
+    return plan_attn_scale(o) == 1.0f / sqrtf((float)o->head_dim);
+}
 
 typedef struct plan_hparams {
     uint32_t vocab_size, hidden_size, intermediate_size;

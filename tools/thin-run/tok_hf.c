@@ -173,7 +173,7 @@ static int pre_split(hf *h, json_t *p)
     size_t k = 0;
     d[k++] = '(', d[k++] = '?', d[k++] = ':';
     for (size_t i = 0; i < n; i++) {
-        if (!re && strchr("\\^$.|?*+()[]{}#- ", src[i]) && src[i])
+        if (!re && strchr("\\^$.|?*+()[]{}#- ", src[i])) /* no NUL: checked above */
             d[k++] = '\\';
         d[k++] = src[i];
     }
