@@ -1,6 +1,6 @@
 /*
  * test_chat.c — the --chat prompt: SmolLM3's template for one turn (default thinking, /no_think,
- * a system message, /system_override), ChatML, Llama 3, Mistral, Gemma, and template detection.
+ * a system message, /system_override), ChatML, Llama 3, Mistral (v0.1, v0.3, v7), Gemma, and template detection.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +17,7 @@
 
 static char *render(chat_format f, const char *sys, chat_think think, const char *user)
 {
-    chat_opts o = {f, sys, think, "16 August 2026", NULL, NULL, 0, 0};
+    chat_opts o = {.format = f, .system = sys, .think = think, .today = "16 August 2026"};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, user, &out, &len, err, sizeof err), 0);
@@ -80,7 +80,7 @@ static void test_chat_chatml_and_detect(void **state)
     assert_int_equal(chat_detect("\"<|im_start|>system\\n\" \"Knowledge Cutoff Date: June 2025\\n\" "
                                  "\"Reasoning Mode: \""), CHAT_FORMAT_SMOLLM3);
     assert_string_equal(chat_stop_text(CHAT_FORMAT_SMOLLM3), "<|im_end|>");
-    chat_opts o = {CHAT_FORMAT_NONE, NULL, CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
+    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = NULL, .think = CHAT_THINK_DEFAULT, .today = NULL};
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, "x", &out, &len, err, sizeof err), -1);
@@ -94,7 +94,7 @@ static void test_chat_chatml_and_detect(void **state)
 /* Renders with the options a template gives (today: the date text, or NULL). */
 static char *render_tpl(const char *tpl, const char *sys, const char *today, const char *user)
 {
-    chat_opts o = {CHAT_FORMAT_NONE, sys, CHAT_THINK_DEFAULT, today, NULL, NULL, 0, 0};
+    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = sys, .think = CHAT_THINK_DEFAULT, .today = today};
     chat_from_template(tpl, &o);
     char *out, err[128];
     size_t len;
@@ -197,12 +197,53 @@ static void test_chat_mistral(void **state)
     s = render_tpl(tpl_mistral03, "Be brief.", NULL, "Hi");
     assert_string_equal(s, "<s>[INST] Be brief.\n\nHi[/INST]");
     free(s);
-    chat_opts o = {CHAT_FORMAT_NONE, "S", CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
+    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = "S", .think = CHAT_THINK_DEFAULT, .today = NULL};
     chat_from_template(tpl_mistral01, &o);
     char *out, err[128];
     size_t len;
     assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
     assert_non_null(strstr(err, "no system message"));
+}
+
+/* Pieces of Mistral Small 3.1's template (v7, Tekken): a default system message with today's date
+ * from strftime_now, the system message in [SYSTEM_PROMPT], no spaces inside [INST]. */
+static const char tpl_mistral_v7[] =
+    "{%- set today = strftime_now(\"%Y-%m-%d\") %}\n{%- set default_system_message = \"You are "
+    "Mistral Small 3.\\nThe current date is \" + today + \".\\n\\nSay \\\"I don't know\\\" "
+    "when unsure.\" %}\n{{- bos_token }}\n{%- if messages[0]['role'] == 'system' %}{%- set "
+    "system_message = messages[0]['content'] %}{%- else %}{%- set system_message = "
+    "default_system_message %}{%- endif %}{{- '[SYSTEM_PROMPT]' + system_message + "
+    "'[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + '[/INST]' }}";
+
+static void test_chat_mistral_v7(void **state)
+{
+    (void)state;
+    assert_int_equal(chat_detect(tpl_mistral_v7), CHAT_FORMAT_MISTRAL);
+    char *s = render_tpl(tpl_mistral_v7, NULL, "2026-08-16", "Hi");
+    assert_string_equal(s, "<s>[SYSTEM_PROMPT]You are Mistral Small 3.\nThe current date is 2026-08-16."
+                           "\n\nSay \"I don't know\" when unsure.[/SYSTEM_PROMPT][INST]Hi[/INST]");
+    free(s);
+    s = render_tpl(tpl_mistral_v7, "Be brief.", NULL, "Hi");
+    assert_string_equal(s, "<s>[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]Hi[/INST]");
+    free(s);
+    /* today's local date in the template's format where no date is given */
+    s = render_tpl(tpl_mistral_v7, NULL, NULL, "Hi");
+    const char *d = strstr(s, "date is ");
+    assert_non_null(d);
+    assert_true(d[8] == '2' && d[12] == '-' && d[15] == '-' && d[18] == '.');
+    free(s);
+    /* without a default: no system block; a default of another form is refused */
+    s = render_tpl("{{ '[SYSTEM_PROMPT]' + m + '[/SYSTEM_PROMPT]' + '[INST]' + u + '[/INST]' }}", NULL,
+                   NULL, "Hi");
+    assert_string_equal(s, "<s>[INST]Hi[/INST]");
+    free(s);
+    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = NULL, .think = CHAT_THINK_DEFAULT, .today = NULL};
+    chat_from_template("{%- set default_system_message = 'A' + name | upper %}[SYSTEM_PROMPT][INST][/INST]",
+                       &o);
+    char *out, err[128];
+    size_t len;
+    assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--system"));
 }
 
 /* Gemma 3's template (its turns, the system message at the start of the first user turn) */
@@ -234,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_chat_llama3),
         cmocka_unit_test(test_chat_qwen25_default_system),
         cmocka_unit_test(test_chat_mistral),
+        cmocka_unit_test(test_chat_mistral_v7),
         cmocka_unit_test(test_chat_gemma),
     };
     return cmocka_run_group_tests_name("chat", tests, NULL, NULL);

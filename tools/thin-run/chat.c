@@ -57,6 +57,8 @@ void chat_from_template(const char *tpl, chat_opts *o)
                         : NULL;
     o->inst_space = o->format == CHAT_FORMAT_MISTRAL && strstr(tpl, " [/INST]") != NULL;
     o->takes_system = o->format == CHAT_FORMAT_MISTRAL && strstr(tpl, "system_message") != NULL;
+    o->system_block = o->format == CHAT_FORMAT_MISTRAL && strstr(tpl, "[SYSTEM_PROMPT]") != NULL;
+    o->tpl = tpl;
 }
 
 const char *chat_stop_text(chat_format format)
@@ -163,6 +165,155 @@ static void sb_trim(sbuf *b, const char *s)
     sb_add(b, s, n);
 }
 
+/* ---- Mistral v7's default system message: a Jinja expression of string literals and names ---- */
+
+static const char *skip_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* The Jinja (Python) string literal at p, unescaped into b; the end past its quote, or NULL. */
+static const char *jinja_string(const char *p, sbuf *b)
+{
+    const char q = *p++;
+    for (; *p && *p != q; p++) {
+        if (*p != '\\') {
+            sb_add(b, p, 1);
+            continue;
+        }
+        char c = *++p, e;
+        switch (c) {
+        case 'n': e = '\n'; break;
+        case 't': e = '\t'; break;
+        case 'r': e = '\r'; break;
+        case '\\':
+        case '\'':
+        case '"': e = c; break;
+        case 0: return NULL;
+        default: sb_add(b, p - 1, 1); e = c; break; /* Python keeps an unknown escape as written */
+        }
+        sb_add(b, &e, 1);
+    }
+    return *p == q ? p + 1 : NULL;
+}
+
+/* Where the template's "set NAME =" statement puts NAME's value (past the '='), or NULL. */
+static const char *jinja_set(const char *tpl, const char *name, size_t name_len)
+{
+    for (const char *p = strstr(tpl, "set "); p; p = strstr(p + 1, "set ")) {
+        const char *n = skip_ws(p + 4);
+        if (strncmp(n, name, name_len))
+            continue;
+        const char *e = skip_ws(n + name_len);
+        if (*e == '=' && e[1] != '=')
+            return skip_ws(e + 1);
+    }
+    return NULL;
+}
+
+/* NAME's value where the template sets it to strftime_now("FORMAT"), appended to b: o->today
+ * where set (tests), else the local time in FORMAT. -1 for any other form. */
+static int jinja_date_name(const chat_opts *o, const char *name, size_t name_len, sbuf *b)
+{
+    const char *v = jinja_set(o->tpl, name, name_len);
+    static const char call[] = "strftime_now(";
+    if (!v || strncmp(v, call, sizeof call - 1))
+        return -1;
+    sbuf fmt = {0};
+    const char *e = (v[sizeof call - 1] == '"' || v[sizeof call - 1] == '\'')
+                        ? jinja_string(v + sizeof call - 1, &fmt)
+                        : NULL;
+    int rc = -1;
+    if (e && *skip_ws(e) == ')' && fmt.p && !fmt.oom) {
+        if (o->today)
+            sb_str(b, o->today);
+        else {
+            char buf[128];
+            time_t now = time(NULL);
+            struct tm tm;
+            if (!localtime_r(&now, &tm))
+                memset(&tm, 0, sizeof tm);
+            size_t n = strftime(buf, sizeof buf, fmt.p, &tm);
+            sb_add(b, buf, n);
+        }
+        rc = 0;
+    }
+    free(fmt.p);
+    return rc;
+}
+
+/* The template's default_system_message into b: 1 when it has one, 0 when not, -1 when it is
+ * not an expression this reads (string literals and strftime_now names joined by +). */
+static int mistral_default_system(const chat_opts *o, sbuf *b)
+{
+    const char *p = o->tpl ? jinja_set(o->tpl, "default_system_message", 22) : NULL;
+    if (!p)
+        return 0;
+    for (;;) {
+        if (*p == '"' || *p == '\'') {
+            if (!(p = jinja_string(p, b)))
+                return -1;
+        } else {
+            const char *n = p;
+            while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+                   (p > n && *p >= '0' && *p <= '9'))
+                p++;
+            if (p == n || jinja_date_name(o, n, (size_t)(p - n), b))
+                return -1;
+        }
+        p = skip_ws(p);
+        if (*p == '%' || (*p == '-' && p[1] == '%'))
+            return 1;
+        if (*p != '+')
+            return -1;
+        p = skip_ws(p + 1);
+    }
+}
+
+/* Mistral's [INST] formats (see chat.h). */
+static int mistral_render(sbuf *b, const chat_opts *o, const char *user, char *err, size_t errlen)
+{
+    sb_str(b, "<s>");
+    if (o->system_block) {
+        if (o->system) {
+            sb_str(b, "[SYSTEM_PROMPT]");
+            sb_str(b, o->system);
+            sb_str(b, "[/SYSTEM_PROMPT]");
+        } else {
+            sbuf d = {0};
+            int rc = mistral_default_system(o, &d);
+            if (rc < 0 || d.oom) {
+                free(d.p);
+                if (err && errlen)
+                    snprintf(err, errlen, "%s", rc < 0 ? "the chat template's default system message "
+                                                         "is not plain text (--system gives one)"
+                                                       : "out of memory");
+                return -1;
+            }
+            if (rc > 0) {
+                sb_str(b, "[SYSTEM_PROMPT]");
+                sb_add(b, d.p ? d.p : "", d.n);
+                sb_str(b, "[/SYSTEM_PROMPT]");
+            }
+            free(d.p);
+        }
+        sb_str(b, "[INST]");
+        sb_str(b, user ? user : "");
+        sb_str(b, "[/INST]");
+        return 0;
+    }
+    sb_str(b, "[INST] ");
+    if (o->system) {
+        sb_str(b, o->system);
+        sb_str(b, "\n\n");
+    }
+    sb_str(b, user ? user : "");
+    sb_str(b, o->inst_space ? " [/INST]" : "[/INST]");
+    return 0;
+}
+
 /* Llama 3's header format (see chat.h). */
 static void llama3_render(sbuf *b, const chat_opts *o, const char *user)
 {
@@ -243,7 +394,7 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
                      "no supported chat template (need SmolLM3, ChatML, Llama 3, Mistral or Gemma)");
         return -1;
     }
-    if (o->format == CHAT_FORMAT_MISTRAL && o->system && !o->takes_system) {
+    if (o->format == CHAT_FORMAT_MISTRAL && o->system && !o->takes_system && !o->system_block) {
         if (err && errlen)
             snprintf(err, errlen, "this chat template takes no system message");
         return -1;
@@ -257,13 +408,10 @@ int chat_render(const chat_opts *o, const char *user, char **out, size_t *len, c
         sb_trim(&b, user ? user : "");
         sb_str(&b, "<end_of_turn>\n<start_of_turn>model\n");
     } else if (o->format == CHAT_FORMAT_MISTRAL) {
-        sb_str(&b, "<s>[INST] ");
-        if (o->system) {
-            sb_str(&b, o->system);
-            sb_str(&b, "\n\n");
+        if (mistral_render(&b, o, user, err, errlen)) {
+            free(b.p);
+            return -1;
         }
-        sb_str(&b, user ? user : "");
-        sb_str(&b, o->inst_space ? " [/INST]" : "[/INST]");
     } else if (o->format == CHAT_FORMAT_LLAMA3 || o->format == CHAT_FORMAT_LLAMA31) {
         llama3_render(&b, o, user);
     } else {

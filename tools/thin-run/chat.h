@@ -12,6 +12,11 @@
  * or as Mistral's [INST] format: "<s>[INST] " + user + " [/INST]" (" [/INST]" without its space
  * where the template writes "[/INST]" alone, as v0.3's does); a system message goes before the
  * user's, + "\n\n", where the template has a system_message, and is refused where it has none;
+ * Mistral v7 (Tekken: Mistral Small 3.x, whose template has [SYSTEM_PROMPT]): "<s>" +
+ * "[SYSTEM_PROMPT]" + system + "[/SYSTEM_PROMPT]" + "[INST]" + user + "[/INST]", the system
+ * message the template's default_system_message where none is given: string literals joined by +,
+ * with names set from strftime_now (today's local date in its format; `today` of chat_opts in
+ * its place where set); a default of any other form is refused (--system gives one);
  * or as Gemma's turns: "<bos><start_of_turn>user\n" [+ system + "\n\n"] + user (trimmed) +
  * "<end_of_turn>\n<start_of_turn>model\n" (Gemma 3's template puts a system message at the start of
  * the first user turn).
@@ -62,6 +67,10 @@ typedef struct chat_opts {
     const char *fixed_date;     /* Llama 3.1's fixed "Today Date", or NULL (the local date) */
     int inst_space;             /* Mistral: " [/INST]" (1) or "[/INST]" (0) */
     int takes_system;           /* Mistral: the template places a system message */
+    int system_block;           /* Mistral v7 (Tekken): a system message as "[SYSTEM_PROMPT]" +
+                                   text + "[/SYSTEM_PROMPT]", and its template's
+                                   default_system_message when none is given */
+    const char *tpl;            /* the template's text (Mistral v7's default system message) */
 } chat_opts;
 
 /* Picks the format from a chat template's text (NULL gives CHAT_FORMAT_NONE). */

@@ -488,7 +488,7 @@ static int chat_prompt_ids(run *r, int32_t **ids, size_t *n) {
     const options *o = r->o;
     char err[512];
     if (!r->tk) return prompt_fail(r, "%s carries no tokenizer: --chat needs one", o->model);
-    chat_opts co = {CHAT_FORMAT_NONE, o->system, CHAT_THINK_DEFAULT, NULL, NULL, NULL, 0, 0};
+    chat_opts co = {.format = CHAT_FORMAT_NONE, .system = o->system, .think = CHAT_THINK_DEFAULT};
     chat_from_template(tok_chat_template(r->tk), &co);
     if (co.format == CHAT_FORMAT_NONE)
         return prompt_fail(r, "%s: the tokenizer has no supported chat template", o->model);
