@@ -28,10 +28,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_kernel(const attn_a
     extern __shared__ float sm[]; /* q: head_dim, scores: chunk_max, acc: ATTN_THREADS */
     __shared__ float red[32];
     const uint32_t h = blockIdx.x, split = blockIdx.y, row = blockIdx.z, hd = a.head_dim;
-    const uint32_t npos = (uint32_t)(*a.pos) + row + 1;
-    uint32_t chunk = (npos + a.n_splits - 1) / a.n_splits;
+    const uint32_t npos = (uint32_t)(*a.pos) + row + 1, first = attn_first(npos, a.window);
+    uint32_t chunk = (npos - first + a.n_splits - 1) / a.n_splits;
     if (chunk < ATTN_MIN_CHUNK) chunk = ATTN_MIN_CHUNK;
-    const uint32_t start = split * chunk, end = min(npos, start + chunk);
+    const uint32_t start = min(npos, first + split * chunk), end = min(npos, start + chunk);
     float *part = a.partial + (((size_t)row * a.n_heads + h) * a.n_splits + split) * (hd + 2);
     if (start >= end) {
         if (threadIdx.x == 0) {
@@ -189,14 +189,14 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     __shared__ int last;
     cg::cluster_group cl = cg::this_cluster();
     const uint32_t kh = blockIdx.x, split = blockIdx.y, hd = a.head_dim, G = a.n_heads / a.n_kv;
-    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1;
-    uint32_t chunk = (npos + gridDim.y - 1) / gridDim.y;
+    const uint32_t pos0 = (uint32_t)*a.pos, npos = pos0 + 1, first = attn_first(npos, a.window);
+    uint32_t chunk = (npos - first + gridDim.y - 1) / gridDim.y;
     chunk = max(a.min_chunk, (chunk + AD_WIN - 1) / AD_WIN * AD_WIN);
-    const uint32_t n_act = (npos + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
+    const uint32_t n_act = (npos - first + chunk - 1) / chunk, n_cl = (n_act + AD_CLUSTER - 1) / AD_CLUSTER;
     const uint32_t cidx = split / AD_CLUSTER, rank = split % AD_CLUSTER;
     if (cidx >= n_cl) return; /* the whole cluster is past the context */
     if (chunk > a.chunk_max) return; /* never, by the launch's sizes (same for the whole grid) */
-    const uint32_t start = split * chunk, end = min(npos, start + chunk);
+    const uint32_t start = min(npos, first + split * chunk), end = min(npos, start + chunk);
     const uint32_t len = start < end ? end - start : 0;
     if (n_act == 1 && !len) return; /* the single active block needs no partner */
     const uint32_t rb = ad_row_bytes(hd, KDT), vpr = hd * ESZ / 16; /* 16-byte pieces per row */

@@ -105,7 +105,8 @@ struct kv_epv {
     static constexpr int n = KDT == THIN_DTYPE_BF16 ? 8 : 4;
 };
 
-/* Where this block works: positions [start, end) of `npos`, `n_act` splits active. */
+/* Where this block works: positions [start, end) of the row's [first, npos) (its window, or
+ * all before it), `n_act` splits active. */
 struct ag_span {
     uint32_t npos, chunk, n_act, start, end;
 };
@@ -113,10 +114,11 @@ struct ag_span {
 __device__ __forceinline__ ag_span ag_span_of(const attn_args &a, uint32_t row, uint32_t split) {
     ag_span p;
     p.npos = (uint32_t)(*a.pos) + row + 1;
-    p.chunk = (p.npos + a.n_splits - 1) / a.n_splits;
+    const uint32_t first = attn_first(p.npos, a.window), cnt = p.npos - first;
+    p.chunk = (cnt + a.n_splits - 1) / a.n_splits;
     if (p.chunk < ATTN_MIN_CHUNK) p.chunk = ATTN_MIN_CHUNK;
-    p.n_act = (p.npos + p.chunk - 1) / p.chunk;
-    p.start = split * p.chunk;
+    p.n_act = (cnt + p.chunk - 1) / p.chunk;
+    p.start = min(p.npos, first + split * p.chunk);
     p.end = min(p.npos, p.start + p.chunk);
     return p;
 }

@@ -5,7 +5,8 @@
  * (ops_cpu.c).
  *
  * Grid (ATTN_O_CLUSTER, n_heads): a thread block cluster per query head h; block r of it takes
- * positions [r·chunk, (r + 1)·chunk), chunk = ceil((*pos + 1) / ATTN_O_CLUSTER), and rows
+ * positions [first + r·chunk, first + (r + 1)·chunk), chunk = ceil(cnt / ATTN_O_CLUSTER) for the
+ * cnt positions from first to *pos (all, or a sliding window's last), and rows
  * [r·rows_per, (r + 1)·rows_per) of the o-projection.
  *  - Before the dependency wait (read-only data only) it requests with cp.async the K and V rows of
  *    its positions before *pos (KV head h / group, written by earlier tokens) and its o rows
@@ -106,7 +107,7 @@ struct ao_sync {
  * head's output, added into the residual. */
 template <int KDT, int WDT, int DPL, bool GL, bool PUSH = false>
 __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L, uint8_t *smb, float *mlw,
-                                        uint32_t npos, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
+                                        uint32_t cnt, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
                                         float4 sc4, const ao_sync &sy, ktrace &kt, unsigned int kind) {
     constexpr uint32_t HD = 32 * DPL, EPV = kv_epv<KDT>::n, ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
     constexpr uint32_t WSZ = WDT == THIN_DTYPE_F8_E4M3 ? 1 : 2, WRB = HD * WSZ, VPR = WRB / 16, WRP = WRB + 16;
@@ -213,7 +214,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         cluster_wait(); /* every block's partial is ready */
     }
     /* the head's output from its blocks that have positions */
-    const uint32_t n_act = (npos + chunk - 1) / chunk;
+    const uint32_t n_act = (cnt + chunk - 1) / chunk;
     for (uint32_t d = tid; d < HD; d += AO_THREADS) {
         float mb[ATTN_O_CLUSTER], lb[ATTN_O_CLUSTER], ob[ATTN_O_CLUSTER];
 #pragma unroll
@@ -272,10 +273,11 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
     if constexpr (!GL && !PUSH) cluster_wait(); /* no block leaves while another still reads its partial */
 }
 
-/* Where a block of either kernel works: positions [start, end) of npos (chunk a block; pos0 the
- * token's), o rows [r0, r0 + nr). */
+/* Where a block of either kernel works: positions [start, end) of the token's cnt, which end at
+ * npos (all of them, or a sliding window's; chunk a block; pos0 the token's), o rows
+ * [r0, r0 + nr). */
 struct ao_span {
-    uint32_t pos0, npos, chunk, start, end, len, r0, nr;
+    uint32_t pos0, npos, cnt, chunk, start, end, len, r0, nr;
     /* whether the span holds the token's own position, whose K/V row the token stores */
     __device__ __forceinline__ bool has_newest() const { return pos0 >= start && pos0 < end; }
 };
@@ -283,8 +285,10 @@ __device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t ran
     ao_span s;
     s.pos0 = (uint32_t)*p.a.pos;
     s.npos = s.pos0 + 1;
-    s.chunk = (s.npos + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
-    s.start = min(s.npos, rank * s.chunk);
+    const uint32_t first = attn_first(s.npos, p.a.window);
+    s.cnt = s.npos - first;
+    s.chunk = (s.cnt + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
+    s.start = min(s.npos, first + rank * s.chunk);
     s.end = min(s.npos, s.start + s.chunk);
     s.len = s.end - s.start;
     s.r0 = min(p.o.rows, rank * p.rows_per);
@@ -425,7 +429,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
-    ao_tail<KDT, WDT, DPL, false, PUSH>(p, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
+    ao_tail<KDT, WDT, DPL, false, PUSH>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
@@ -591,7 +595,7 @@ __global__ void __launch_bounds__(AO_THREADS, 1) qao_kernel(const qao_args p) {
     kv.newest(s, smb + L.k, smb + L.v);
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
-    ao_tail<KDT, WDT, DPL, true>(p.ao, L, smb, mlw, s.npos, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_QAO);
+    ao_tail<KDT, WDT, DPL, true>(p.ao, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_QAO);
 }
 
 cudaError_t attn_o_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {

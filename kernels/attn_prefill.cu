@@ -2,7 +2,8 @@
  * attn_prefill.cu — the prefill's causal GQA attention on tensor cores, in the flash-attention
  * form: block (tile of AP_BM query rows, query head), four warps of 16 rows each. Row i of the
  * batch sits at position *pos + i and attends positions 0..*pos + i of its head's KV head
- * (h / (n_heads / n_kv)). The K and V rows come in tiles of BN positions through a
+ * (h / (n_heads / n_kv)), or with a sliding window the last `window` of them (a block starts at
+ * the tile of its first row's first position; rows mask the positions before theirs). The K and V rows come in tiles of BN positions through a
  * double-buffered cp.async pipeline (zero-filled past the last position the block attends, so
  * nothing past the written rows is read); scores and weighted V sums are mma.sync m16n8k16 BF16
  * products with F32 accumulators; the softmax runs online per row in registers (exp2 of scores
@@ -71,6 +72,8 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
     const uint32_t rows = min(n - r0, (uint32_t)AP_BM);
     const uint32_t last = pos0 + r0 + rows - 1; /* the last position any row here attends */
     const uint32_t ntiles = last / BN + 1;
+    /* the first tile any row here attends: 0, or with a sliding window the first row's first */
+    const uint32_t t0 = attn_first(pos0 + r0 + 1, a.window) / BN;
     const size_t kvd = (size_t)a.n_kv * HD;
     const uint16_t *kc = (const uint16_t *)a.kcache + (size_t)kvh * HD;
     const uint16_t *vc = (const uint16_t *)a.vcache + (size_t)kvh * HD;
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
         }
         gm_commit();
     };
-    load_kv(0, 0);
+    load_kv(t0, 0);
 
     /* q rows scaled by log2(e) / sqrt(head_dim), split into BF16 high and low parts */
     const float qs = 1.4426950408889634f * rsqrtf((float)HD);
@@ -104,14 +107,17 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const uint32_t wpos = pos0 + r0 + warp * 16; /* position of the warp's first row */
     const uint32_t rpos0 = wpos + g, rpos1 = wpos + g + 8;
+    /* with a sliding window: the first position of the warp's first row and of this lane's rows */
+    const uint32_t wfirst = attn_first(wpos + 1, a.window);
+    const uint32_t rfirst0 = attn_first(rpos0 + 1, a.window), rfirst1 = attn_first(rpos1 + 1, a.window);
     const bool live = (uint32_t)warp * 16 < rows; /* the warp has rows of the batch */
     float o[DT][4];
 #pragma unroll
     for (int j = 0; j < DT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    for (uint32_t t = 0; t < ntiles; t++) {
-        const int stage = t & 1;
+    for (uint32_t t = t0; t < ntiles; t++) {
+        const int stage = (t - t0) & 1;
         if (t + 1 < ntiles) {
             load_kv(t + 1, stage ^ 1);
             gm_wait<1>();
@@ -120,7 +126,8 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
         }
         __syncthreads(); /* tile t (and, the first time, q) in shared memory for every warp */
         const uint32_t p0 = t * BN;
-        if (live && p0 <= wpos + 15) { /* else every row of the warp is before this tile */
+        /* else every row of the warp is before this tile, or past it by more than the window */
+        if (live && p0 <= wpos + 15 && p0 + BN > wfirst) {
             const uint16_t *kt = ks + stage * BN * P, *vt = vs + stage * BN * P;
             float s[NT][4];
 #pragma unroll
@@ -151,8 +158,20 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
                     if (p + 1 > rpos1) s[j][3] = -INFINITY;
                 }
             }
+            if (a.window && p0 < rfirst1) { /* the window's start reaches into this tile */
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint32_t p = p0 + j * 8 + 2 * t4;
+                    if (p < rfirst0) s[j][0] = -INFINITY;
+                    if (p + 1 < rfirst0) s[j][1] = -INFINITY;
+                    if (p < rfirst1) s[j][2] = -INFINITY;
+                    if (p + 1 < rfirst1) s[j][3] = -INFINITY;
+                }
+            }
             /* online softmax: rows g (elements 0, 1) and g + 8 (2, 3), a row over a lane quad.
-             * Tile 0 holds position 0, which every row attends, so the maxima are finite. */
+             * Without a window tile 0 holds position 0, which every row attends, so the maxima are
+             * finite; with one a row may have no position in the tiles so far (its maximum stays
+             * -inf, taken as 0 below so that its weights come out 0, not NaN). */
             float x0 = -INFINITY, x1 = -INFINITY;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -164,7 +183,9 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
                 x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, k));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, k));
             }
-            const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+            float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+            if (n0 == -INFINITY) n0 = 0.0f;
+            if (n1 == -INFINITY) n1 = 0.0f;
             const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
             m0 = n0, m1 = n1;
             l0 *= c0, l1 *= c1;

@@ -646,7 +646,8 @@ __device__ __forceinline__ float rope_dim_rotate(const rope_args &a, bool isk, c
     return v;
 }
 
-/* Split-sequence attention for n rows, row i attending positions 0..*pos+i (attention.cu). */
+/* Split-sequence attention for n rows, row i attending positions 0..*pos+i, or with a sliding
+ * window its last `window` of them (attention.cu). */
 struct attn_args {
     const float *q;      /* n rows of ldq floats */
     uint32_t ldq;
@@ -663,7 +664,14 @@ struct attn_args {
     int cluster;         /* one row: the cluster kernel may run (n_splits a multiple of 8 and
                             chunk_max from attn_decode_chunk_max) */
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
+    uint32_t window;     /* a sliding window: a row at position p attends p - window + 1..p
+                            (op_window_start); 0: all positions before it */
 };
+
+/* The first position a row whose context holds npos positions attends (op_window_start). */
+__host__ __device__ __forceinline__ uint32_t attn_first(uint32_t npos, uint32_t window) {
+    return window && npos > window ? npos - window : 0;
+}
 cudaError_t launch_attention(const attn_args *a, uint32_t n, cudaStream_t st);
 /* The prefill's attention on tensor cores (attn_prefill.cu): whether it takes a batch of n rows
  * of a's shape (thin_cuda_attn_tc, n > 1, BF16 cache, head_dim 32, 64, 128 or 256), and its

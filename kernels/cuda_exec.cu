@@ -263,6 +263,7 @@ void attn_common(const cuda_session *s, const step *st, attn_args *t) {
     t->n_kv = a->n_kv_heads;
     t->head_dim = a->head_dim;
     t->pos = s->d_pos;
+    t->window = a->window;
 }
 
 static int run_attention(cuda_session *s, const step *st, uint32_t n) {

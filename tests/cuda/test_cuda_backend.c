@@ -48,6 +48,10 @@ static int gemma;
 /* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
  * outputs normalized before their adds (the kernels every model runs) */
 static int olmo;
+/* When set, the first layer's attention slides over this many positions (Gemma's sliding layers,
+ * Mistral's window): the decode at 64 positions and at 520 and the prefills of 40 and 520 rows
+ * reach past it, and its start falls inside a split, a block's span and a tensor-core tile. */
+static uint32_t window;
 /* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
  * attention factor and per-dimension factors). */
 static float rope_m;
@@ -197,6 +201,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o->q = B_Q, o->k = B_K, o->v = B_V;
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
         o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f;
+        o->window = l == 0 ? window : 0;
         linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
         if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
         add_op(m, PLAN_ADD, l, B_H, B_X);
@@ -488,9 +493,20 @@ static void run_all(const char *tag) {
     CASE("Gemma layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Gemma layer F32 w+FP8 ffn, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("Gemma layer F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    /* its sliding layers: a window of 37 on the first layer (Gemma 3: five such layers to one
+     * global) */
+    window = 37;
+    CASE("Gemma layers, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("Gemma layers, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    window = 0;
     unsetenv("THIN_CUDA_GEMMA");
     gemma = 0;
     qknorm_dt = 0;
+    /* a sliding window on a plain layer (Mistral v0.1's, Qwen2's), 100 positions */
+    window = 100;
+    CASE("window 100, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("window 100, BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    window = 0;
     /* OLMo 2's layer (no op of its own) */
     olmo = 1;
     CASE("OLMo 2 layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
