@@ -545,10 +545,12 @@ static void test_phi3_fused(void **state)
     (void)state;
 }
 
-/* A sliding attention window caps the context at the window (Mistral's sliding_window; Qwen2's
- * only with use_sliding_window). */
-static json_int_t max_pos_of(const char *arch, const char *extra)
+/* A sliding attention window outside Gemma goes into the tape: Mistral's sliding_window on every
+ * layer, Qwen2's only with use_sliding_window and on the layers from max_window_layers on (or as
+ * layer_types says); a window as long as the context is none. The context stays the model's. */
+static const char *windows_of(const char *arch, const char *extra)
 {
+    static char out[8];
     char text[512];
     snprintf(text, sizeof text,
              "{\"architectures\": [\"%s\"], \"hidden_size\": 32, \"intermediate_size\": 64, "
@@ -560,24 +562,37 @@ static json_int_t max_pos_of(const char *arch, const char *extra)
     arch_model m;
     assert_int_equal(arch_build(cfg, lookup, set, on_warn, NULL, &m), 0);
     assert_non_null(m.tape);
-    const json_int_t v = json_integer_value(json_object_get(m.hparams, "max_position_embeddings"));
+    assert_int_equal(json_integer_value(json_object_get(m.hparams, "max_position_embeddings")), 32768);
+    /* per layer: 'w' where its attention has a window of 4096, '-' where it has none */
+    for (int l = 0; l < 2; l++) {
+        const json_t *o[4];
+        assert_int_equal(ops_of(&m, "attention", l, o), 1);
+        const json_t *w = json_object_get(o[0], "window");
+        assert_true(!w || json_integer_value(w) == 4096);
+        out[l] = w ? 'w' : '-';
+    }
+    out[2] = 0;
     arch_model_free(&m);
     json_decref(set);
     json_decref(cfg);
-    return v;
+    return out;
 }
 
 static void test_sliding_window(void **state)
 {
-    last_warning[0] = 0;
-    assert_int_equal(max_pos_of("MistralForCausalLM", ", \"sliding_window\": 4096"), 4096);
-    assert_non_null(strstr(last_warning, "4096"));
-    assert_int_equal(max_pos_of("MistralForCausalLM", ", \"sliding_window\": null"), 32768);
-    assert_int_equal(max_pos_of("Qwen2ForCausalLM",
-                                ", \"sliding_window\": 4096, \"use_sliding_window\": false"), 32768);
-    assert_int_equal(max_pos_of("Qwen2ForCausalLM",
-                                ", \"sliding_window\": 4096, \"use_sliding_window\": true"), 4096);
-    assert_int_equal(max_pos_of("LlamaForCausalLM", ", \"sliding_window\": 65536"), 32768);
+    assert_string_equal(windows_of("MistralForCausalLM", ", \"sliding_window\": 4096"), "ww");
+    assert_string_equal(windows_of("MistralForCausalLM", ", \"sliding_window\": null"), "--");
+    assert_string_equal(windows_of("Qwen2ForCausalLM", ", \"sliding_window\": 4096, \"use_sliding_window\": false"),
+                        "--");
+    assert_string_equal(windows_of("Qwen2ForCausalLM", ", \"sliding_window\": 4096, \"use_sliding_window\": true"),
+                        "--"); /* max_window_layers 28 by default: none of 2 */
+    assert_string_equal(windows_of("Qwen2ForCausalLM", ", \"sliding_window\": 4096, \"use_sliding_window\": true, "
+                                   "\"max_window_layers\": 1"), "-w");
+    assert_string_equal(windows_of("Qwen3ForCausalLM", ", \"sliding_window\": 4096, \"use_sliding_window\": true, "
+                                   "\"max_window_layers\": 0"), "ww");
+    assert_string_equal(windows_of("Qwen2ForCausalLM", ", \"sliding_window\": 4096, \"use_sliding_window\": true, "
+                                   "\"layer_types\": [\"sliding_attention\", \"full_attention\"]"), "w-");
+    assert_string_equal(windows_of("LlamaForCausalLM", ", \"sliding_window\": 65536"), "--");
     (void)state;
 }
 

@@ -11,6 +11,7 @@
 #   for up to YaRN's reach, past max_position_embeddings (the default).
 #   OLMo 2 (the same weights with its post-norms and whole q/k norms), and the Llama form as
 #   Mistral 3's multimodal checkpoint holds its text model.
+#   Qwen2 with use_sliding_window: its window in the tape.
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -90,4 +91,25 @@ if "$BIN/thin-run" "$T/q.thin" --device cpu --score "$T/ids33.txt" --out "$T/x.f
     exit 1
 fi
 grep -q 'the context of 32 positions (the default; --ctx allows up to 64)' "$T/err.txt"
+# Qwen2 with use_sliding_window (a window of 5 from layer max_window_layers = 1 on): the window
+# goes into the tape and the context stays the model's; the logits of the first 5 positions are
+# the full-attention model's, later ones are not
+Q="$FIX/qwen2-tiny"
+mkdir -p "$T/sw"
+cp "$Q/model.safetensors" "$T/sw/"
+sed 's/"max_position_embeddings": 64,/"max_position_embeddings": 64, "sliding_window": 5, "use_sliding_window": true, "max_window_layers": 1,/' \
+    "$Q/config.json" > "$T/sw/config.json"
+"$BIN/thin-pack" -q "$T/sw" -o "$T/sw.thin"
+"$BIN/thin-inspect" "$T/sw.thin" | grep -q '^tape: .*sliding window of 5 positions on 1 of 2 layers$'
+"$BIN/thin-pack" -q "$Q" -o "$T/full.thin"
+for m in sw full; do
+    "$BIN/thin-run" "$T/$m.thin" --device cpu --kv-dtype f32 --ctx 64 --score "$Q/ids.txt" --out "$T/$m.f32"
+    head -c 1920 "$T/$m.f32" > "$T/$m.head"
+    tail -c +1921 "$T/$m.f32" > "$T/$m.tail"
+done
+"$BIN/thin-compare" "$T/full.head" "$T/sw.head" --vocab 96 --summary --max-abs 1e-6 > /dev/null
+if "$BIN/thin-compare" "$T/full.tail" "$T/sw.tail" --vocab 96 --summary --max-abs 1e-3 > /dev/null 2>&1; then
+    echo "the window changed nothing past it" >&2
+    exit 1
+fi
 echo ok

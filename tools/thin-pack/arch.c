@@ -260,6 +260,33 @@ static int must_be_null(const ctx *c, const char *key)
     return 0;
 }
 
+/* Which layers slide over the window (h->sliding): config.json's layer_types where it has them,
+ * else every layer but each every-th (every > 0), else the layers from `from` on. A layer_types the
+ * tape cannot follow leaves no tape (said). */
+static int read_layer_types(const ctx *c, hp *h, int64_t every, int64_t from)
+{
+    if (!(h->sliding = malloc((size_t)h->n_layers)))
+        return -1;
+    const json_t *types = json_object_get(c->config, "layer_types");
+    if (types && !json_is_null(types) && (!json_is_array(types) || (int64_t)json_array_size(types) != h->n_layers)) {
+        warnf(c, "no execution tape: config.json's layer_types is not a list of %lld entries",
+              (long long)h->n_layers);
+        h->no_tape = 1;
+        return 0;
+    }
+    for (int64_t l = 0; l < h->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        if (json_is_array(types) && (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))) {
+            warnf(c, "no execution tape: config.json's layer_types[%lld] is neither sliding_attention "
+                  "nor full_attention", (long long)l);
+            h->no_tape = 1;
+            return 0;
+        }
+        h->sliding[l] = t ? strcmp(t, "sliding_attention") == 0 : every > 0 ? (l + 1) % every != 0 : l >= from;
+    }
+    return 0;
+}
+
 /* Gemma: which layers slide (layer_types, else every layer but each sliding_window_pattern-th,
  * default 6 for Gemma 3, 2 for Gemma 2), the window, the attention's scale
  * query_pre_attn_scalar^-1/2 (default 256); Gemma 3's sliding layers' RoPE base
@@ -285,26 +312,25 @@ static int read_gemma(const ctx *c, hp *h)
     }
     h->window = win;
     h->attn_scale = 1.0 / sqrt((double)qpas);
-    if (!(h->sliding = malloc((size_t)h->n_layers)))
-        return -1;
-    const json_t *types = json_object_get(c->config, "layer_types");
-    if (types && !json_is_null(types) && (!json_is_array(types) || (int64_t)json_array_size(types) != h->n_layers)) {
-        warnf(c, "no execution tape: config.json's layer_types is not a list of %lld entries",
-              (long long)h->n_layers);
-        h->no_tape = 1;
+    return read_layer_types(c, h, every, 0);
+}
+
+/* A sliding attention window outside Gemma: Mistral's sliding_window (every layer), Phi-3's, and
+ * Qwen2's and Qwen3's with use_sliding_window (layers from max_window_layers on, default 28), or
+ * config.json's layer_types where it has them; a window as long as the context is none. */
+static int read_windows(const ctx *c, hp *h)
+{
+    const json_t *use = json_object_get(c->config, "use_sliding_window");
+    const json_t *win = json_object_get(c->config, "sliding_window");
+    if (!(use ? json_is_true(use) : json_is_integer(win)) || !json_is_integer(win) ||
+        json_integer_value(win) <= 0 || json_integer_value(win) >= h->max_pos)
         return 0;
-    }
-    for (int64_t l = 0; l < h->n_layers; l++) {
-        const char *t = json_string_value(json_array_get(types, (size_t)l));
-        if (json_is_array(types) && (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))) {
-            warnf(c, "no execution tape: config.json's layer_types[%lld] is neither sliding_attention "
-                  "nor full_attention", (long long)l);
-            h->no_tape = 1;
-            return 0;
-        }
-        h->sliding[l] = t ? strcmp(t, "sliding_attention") == 0 : (l + 1) % every != 0;
-    }
-    return 0;
+    int64_t from = 0;
+    if ((strcmp(c->family, "qwen2") == 0 || strcmp(c->family, "qwen3") == 0) &&
+        get_int(c, "max_window_layers", 0, (int64_t)1 << 16, 1, 28, &from))
+        return -1;
+    h->window = json_integer_value(win);
+    return read_layer_types(c, h, 0, from);
 }
 
 static int read_hparams(const ctx *c, hp *h)
@@ -336,23 +362,11 @@ static int read_hparams(const ctx *c, hp *h)
     }
     const json_t *tie = json_object_get(c->config, "tie_word_embeddings");
     h->tie = tie ? json_is_true(tie) : strcmp(c->family, "smollm3") == 0;
-    /* A sliding attention window (Mistral's sliding_window; Qwen2's when use_sliding_window is
-     * true): within the window it is the full causal attention the tape runs, so the model's
-     * context is capped at the window rather than attended differently past it. */
-    const json_t *use = json_object_get(c->config, "use_sliding_window");
-    const json_t *win = json_object_get(c->config, "sliding_window");
-    if (!h->gemma && (use ? json_is_true(use) : json_is_integer(win)) && json_is_integer(win) &&
-        json_integer_value(win) > 0 && json_integer_value(win) < h->max_pos) {
-        warnf(c, "config.json: attention slides over %lld positions: the context is capped there "
-              "(max_position_embeddings %lld)", (long long)json_integer_value(win),
-              (long long)h->max_pos);
-        h->max_pos = json_integer_value(win);
-    }
     h->bias = calloc((size_t)h->n_layers, 1); /* filled by check_tensors */
     h->fused = calloc((size_t)h->n_layers, 1);
     if (!h->bias || !h->fused)
         return -1;
-    return rope_layers(c, h) || (h->gemma && read_gemma(c, h));
+    return rope_layers(c, h) || (h->gemma ? read_gemma(c, h) : read_windows(c, h));
 }
 
 static json_t *id_list(const json_t *v)
@@ -627,13 +641,12 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
                                  "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
                                  (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
                                  "head_dim", (json_int_t)h->head_dim);
-    if (att && h->gemma) { /* query_pre_attn_scalar's scale; the sliding layers' window */
+    if (att && h->gemma) /* query_pre_attn_scalar's scale */
         json_object_set_new(att, "scale", json_real(h->attn_scale));
-        if (h->sliding[l])
-            json_object_set_new(att, "window", json_integer(h->window));
-        if (h->attn_softcap > 0)
-            json_object_set_new(att, "softcap", json_real(h->attn_softcap));
-    }
+    if (att && h->sliding && h->sliding[l]) /* the sliding layers' window */
+        json_object_set_new(att, "window", json_integer(h->window));
+    if (att && h->gemma && h->attn_softcap > 0) /* Gemma 2's cap on the scores */
+        json_object_set_new(att, "softcap", json_real(h->attn_softcap));
     return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
            (h->post_norms && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
            push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
