@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_kernel(const attn_a
         return;
     }
     float *qs = sm, *sc = sm + hd, *acc = sc + a.chunk_max;
-    const float scale = rsqrtf((float)hd);
+    const float scale = attn_scale_of(a);
     const float *q = a.q + (size_t)row * a.ldq + (size_t)h * hd;
     for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[d];
     __syncthreads();
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_partial_kernel(const attn_a
         float s = 0.0f;
         for (uint32_t d = lane; d < hd; d += 32) s += qs[d] * kv_load(a.kcache, a.kv_dtype, b + d);
         s = warp_sum(s);
-        if (lane == 0) sc[p - start] = s * scale;
+        if (lane == 0) sc[p - start] = attn_cap(s * scale, a.softcap);
     }
     __syncthreads();
     float m = -INFINITY;
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     kt.mark(0);
     /* scores: lanes j of AD_LPS per position take pieces j, j + AD_LPS, ... of its K row */
     {
-        const float scale = rsqrtf((float)hd);
+        const float scale = attn_scale_of(a);
         const uint32_t j = threadIdx.x % AD_LPS, per = AD_THREADS / AD_LPS;
         for (uint32_t base = 0; base < len; base += per) { /* the same trip count for every lane */
             const uint32_t p = base + threadIdx.x / AD_LPS;
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
         }
     }
     __syncthreads();
-    ag_softmax(a, len, G, sc, ml); /* the weights replace the scores */
+    ag_softmax(a, len, G, sc, ml); /* the weights replace the scores (soft-capped first) */
     __syncthreads();
     /* weighted V sum: thread (slice sl, dims d0, d0 + 1) over positions sl, sl + slices, ... */
     {

@@ -148,7 +148,7 @@ __device__ void ag_scores(const attn_args &a, const ag_span &sp, const float (&q
     const uint32_t LP = a.head_dim / EPV, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const uint32_t gpw = 32 / LP, ngrp = (blockDim.x >> 5) * gpw, j = lane % LP;
     const size_t kv_dim = (size_t)a.n_kv * a.head_dim;
-    const float scale = rsqrtf((float)a.head_dim);
+    const float scale = attn_scale_of(a);
     for (uint32_t base = sp.start + warp * gpw; base < sp.end; base += 2 * ngrp) {
         uint32_t p[2] = {base + lane / LP, base + ngrp + lane / LP};
         float kf[2][EPV];
@@ -176,6 +176,9 @@ static __device__ void ag_softmax(const attn_args &a, uint32_t len, uint32_t G, 
     for (uint32_t g = warp; g < G; g += blockDim.x >> 5) {
         float *x = sc + g * a.chunk_max;
         float m = -INFINITY;
+        if (a.softcap > 0.0f) /* each lane caps the scores it then reads (out of the score loops,
+                                 whose registers it would raise) */
+            for (uint32_t i = lane; i < len; i += 32) x[i] = attn_cap(x[i], a.softcap);
         for (uint32_t i = lane; i < len; i += 32) m = fmaxf(m, x[i]);
         m = warp_max(m);
         float l = 0.0f;

@@ -142,7 +142,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
                     s1 = fmaf(q.w, f[e + 3], s1);
                 }
             }
-            s = (s0 + s1) * rsqrtf((float)HD);
+            s = attn_cap((s0 + s1) * attn_scale_of(a), a.softcap);
         }
         const float m = warp_max(s);
         const float e = pp < len ? expf(s - m) : 0.0f;

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
     load_kv(t0, 0);
 
     /* q rows scaled by log2(e) / sqrt(head_dim), split into BF16 high and low parts */
-    const float qs = 1.4426950408889634f * rsqrtf((float)HD);
+    const float qs = 1.4426950408889634f * attn_scale_of(a);
     for (int i = threadIdx.x; i < AP_BM * (HD / 4); i += AP_THREADS) {
         const int r = i / (HD / 4), d = (i % (HD / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -147,6 +147,13 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
                     gm_mma(s[j + 1], ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
                     gm_mma(s[j + 1], al[0], al[1], al[2], al[3], b[2], b[3]);
                 }
+            }
+            if (a.softcap > 0.0f) { /* scores are in log2 units (q carries log2(e)): cap the natural ones */
+                const float cl = a.softcap * 1.4426950408889634f, inv = 1.0f / cl;
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[j][e] = cl * tanhf(s[j][e] * inv);
             }
             if (p0 + BN - 1 > wpos) { /* the causal mask reaches into this tile */
 #pragma unroll

@@ -249,18 +249,10 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
-/* Whether attention op a's scale reaches the kernels: 1/sqrt(head_dim), or another carried by the
- * weights of a q head norm of its layer (norm_fold_factor). */
-static int attn_scale_runs(const plan *p, const plan_op *a) {
-    if (plan_attn_scale_default(a)) return 1;
-    for (uint32_t j = 0; j < p->n_ops; j++)
-        if (p->ops[j].kind == PLAN_HEAD_RMSNORM && p->ops[j].layer == a->layer && p->ops[j].in == a->q)
-            return 1;
-    return 0;
-}
-
 /* Gemma's ops (env THIN_CUDA_GEMMA=1): the GELU gate, norms counted from an offset and the q norm
- * carrying the attention's scale (folded into the uploaded weights), the scaled embedding; opt-in
+ * carrying the attention's scale (folded into the uploaded weights; without a q norm the attention
+ * kernels take it, attn_scale_arg), the scaled embedding, Gemma 2's soft caps on the scores and the
+ * logits; opt-in
  * until they have run on a GPU. */
 static int thin_cuda_gemma(void) {
     const char *e = getenv("THIN_CUDA_GEMMA");
@@ -276,15 +268,14 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                            : o->norm_offset != 0.0f && !gemma                          ? "norm weights counted from an offset"
                            : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f &&
                                    !gemma                                              ? "scaled embedding"
-                           : o->kind == PLAN_ATTENTION && !plan_attn_scale_default(o) &&
-                                   !(gemma && attn_scale_runs(p, o))                   ? "attention scale other than 1/sqrt(head_dim)"
-                           : o->kind == PLAN_ATTENTION && o->softcap > 0               ? "attention soft cap"
-                           : o->kind == PLAN_SOFTCAP                                   ? "logit soft cap"
+                           : o->kind == PLAN_ATTENTION && !plan_attn_scale_default(o) && !gemma
+                                                                                       ? "attention scale other than 1/sqrt(head_dim)"
+                           : o->kind == PLAN_ATTENTION && o->softcap > 0 && !gemma     ? "attention soft cap"
+                           : o->kind == PLAN_SOFTCAP && !gemma                         ? "logit soft cap"
                                                                                         : NULL;
         if (what) {
-            const int soft = o->softcap > 0 || o->kind == PLAN_SOFTCAP; /* no kernels either way */
             snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what, i,
-                     gemma || soft ? "" : "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU");
+                     gemma ? "" : "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU");
             return 0;
         }
     }

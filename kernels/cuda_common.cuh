@@ -584,6 +584,8 @@ cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu
                             uint32_t n, cudaStream_t st);
 cudaError_t launch_gelu_tanh_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
                                  uint32_t n, cudaStream_t st);
+/* x = cap * tanh(x / cap) in place, rows r < n (op_softcap: Gemma 2's logits). */
+cudaError_t launch_softcap(float *x, uint32_t ldx, uint32_t cols, float cap, uint32_t n, cudaStream_t st);
 
 /* RoPE on q and k (either may be skipped with a NULL frequency table) and the KV store (rope.cu).
  * Row i sits at position *pos + i. inv_freq tables hold head_dim/2 doubles. k/v caches: NULL to
@@ -666,7 +668,19 @@ struct attn_args {
     uint32_t min_chunk;  /* cluster kernel: fewest positions per split, a multiple of 32 */
     uint32_t window;     /* a sliding window: a row at position p attends p - window + 1..p
                             (op_window_start); 0: all positions before it */
+    float softcap;       /* > 0: each scaled score s capped as softcap * tanh(s / softcap) (Gemma 2) */
+    float scale;         /* the scores' scale; 0: 1/sqrt(head_dim) (attn_scale_arg) */
 };
+
+/* The scores' scale of a (attn_args.scale, else 1/sqrt(head_dim)). */
+__device__ __forceinline__ float attn_scale_of(const attn_args &a) {
+    return a.scale > 0.0f ? a.scale : rsqrtf((float)a.head_dim);
+}
+
+/* A scaled score under the attention's soft cap (op_attention's; cap 0: none). */
+__device__ __forceinline__ float attn_cap(float s, float cap) {
+    return cap > 0.0f ? cap * tanhf(s / cap) : s;
+}
 
 /* The first position a row whose context holds npos positions attends (op_window_start). */
 __host__ __device__ __forceinline__ uint32_t attn_first(uint32_t npos, uint32_t window) {

@@ -35,6 +35,7 @@ static int op_reads(const plan_op *o, int b) {
     case PLAN_SILU_MUL:
     case PLAN_GELU_TANH_MUL: return o->in == b || o->out == b;
     case PLAN_BIAS: return o->out == b;
+    case PLAN_SOFTCAP: return o->in == b;
     default: return 0;
     }
 }
@@ -429,6 +430,7 @@ int compile_steps(cuda_session *s) {
         case PLAN_SILU_MUL: plain_step(st, STEP_SILU_MUL, (int)i); break;
         case PLAN_BIAS: plain_step(st, STEP_BIAS, (int)i); break;
         case PLAN_GELU_TANH_MUL: plain_step(st, STEP_GELU_MUL, (int)i); break;
+        case PLAN_SOFTCAP: plain_step(st, STEP_SOFTCAP, (int)i); break;
         default: return cuda_failf(s, "op %u: unknown kind %d", i, (int)op->kind);
         }
         s->n_steps++;

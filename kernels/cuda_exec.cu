@@ -264,6 +264,8 @@ void attn_common(const cuda_session *s, const step *st, attn_args *t) {
     t->head_dim = a->head_dim;
     t->pos = s->d_pos;
     t->window = a->window;
+    t->softcap = a->softcap;
+    t->scale = attn_scale_arg(p, a);
 }
 
 static int run_attention(cuda_session *s, const step *st, uint32_t n) {
@@ -373,6 +375,12 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         CK(s, launch_gelu_tanh_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
                                    ld_of(s, o->out), n, s->st));
         return 0;
+    case STEP_SOFTCAP: { /* the rows the LM head wrote, where it is the logits */
+        const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
+        CK(s, launch_softcap(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),
+                             o->softcap, n - r0, s->st));
+        return 0;
+    }
     }
     return cuda_failf(s, "internal: unknown step kind %d", (int)st->kind);
 }

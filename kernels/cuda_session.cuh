@@ -33,6 +33,7 @@ typedef enum step_kind {
     STEP_SILU_MUL,
     STEP_BIAS,   /* buf[out] += a bias vector, every row */
     STEP_GELU_MUL, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma) */
+    STEP_SOFTCAP,  /* buf[in] = cap * tanh(buf[in] / cap) (Gemma 2's logits) */
 } step_kind;
 
 typedef struct step {
@@ -188,6 +189,10 @@ int upload_weights(cuda_session *s);
  * scale × sqrt(head_dim), so that the kernels' 1/sqrt(head_dim) gives the op's scale; else 1.
  * Norm weights that count from an offset go up as offset + w, both as F32. */
 float norm_fold_factor(const plan *p, uint32_t i);
+/* The scale attention op a's kernels apply to its scores (attn_args.scale): 0 for 1/sqrt(head_dim),
+ * which they take by default, also where a q head norm of its layer carries another (its weights
+ * go up times norm_fold_factor); else the op's. */
+float attn_scale_arg(const plan *p, const plan_op *a);
 /* Stores weight w transposed (dmat.trans) in a new allocation and frees the old one. */
 int transpose_weight(cuda_session *s, dmat *w);
 /* Releases one allocation made by cuda_alloc. */

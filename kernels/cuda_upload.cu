@@ -150,6 +150,14 @@ float norm_fold_factor(const plan *p, uint32_t i) {
     return 1.0f;
 }
 
+float attn_scale_arg(const plan *p, const plan_op *a) {
+    if (plan_attn_scale_default(a)) return 0.0f;
+    for (uint32_t j = 0; j < p->n_ops; j++)
+        if (p->ops[j].kind == PLAN_HEAD_RMSNORM && p->ops[j].layer == a->layer && p->ops[j].in == a->q)
+            return 0.0f; /* its norm_fold_factor carries the scale */
+    return a->attn_scale;
+}
+
 /* Whether op i's weights go up folded (offset + w) × norm_fold_factor, as F32. */
 static int folded(const plan *p, uint32_t i) {
     const plan_op *o = &p->ops[i];

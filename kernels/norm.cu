@@ -142,3 +142,19 @@ cudaError_t launch_gelu_tanh_mul(float *g, uint32_t ldg, const float *u, uint32_
     const dim3 grid = rows_grid(cols, n);
     return launch_k(gelu_tanh_mul_kernel, dim3(grid), dim3(256), 0, st, g, ldg, u, ldu, cols);
 }
+
+/* x = cap * tanh(x / cap) (op_softcap). */
+__global__ void softcap_kernel(float *x, uint32_t ldx, uint32_t cols, float cap) {
+    pdl_trigger();
+    pdl_wait();
+    const uint32_t row = blockIdx.y;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) {
+        float *xp = x + (size_t)row * ldx + i;
+        *xp = cap * tanhf(*xp / cap);
+    }
+}
+
+cudaError_t launch_softcap(float *x, uint32_t ldx, uint32_t cols, float cap, uint32_t n, cudaStream_t st) {
+    const dim3 grid = rows_grid(cols, n);
+    return launch_k(softcap_kernel, dim3(grid), dim3(256), 0, st, x, ldx, cols, cap);
+}

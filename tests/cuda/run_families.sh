@@ -2,7 +2,8 @@
 # The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (in the q/k/v step's epilogue),
 # Qwen3's q and k norms (in the rope kernel), Qwen3 with YaRN (its frequency table and factor),
 # Gemma 3 (opt-in, THIN_CUDA_GEMMA=1: norms counted from 1 and the attention's scale folded into
-# the uploaded norm weights, the scaled embedding, the GELU gate, its sliding layers' window),
+# the uploaded norm weights, the scaled embedding, the GELU gate, its sliding layers' window) and
+# Gemma 2 (opt-in the same way: soft caps, the attention's scale in the attention kernels),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
@@ -67,5 +68,8 @@ grep -q 'the CUDA backend does not run this model' "$T/err.txt"
 grep -q 'running on the CPU' "$T/err.txt"
 export THIN_CUDA_GEMMA=1
 family gemma3-tiny 0 logits.f32
+# Gemma 2: its soft caps on the scores and the logits, its query_pre_attn_scalar (20, head_dim 24,
+# no q norm to carry it) applied by the attention kernels, windows of 4
+family gemma2-tiny 0 logits.f32
 unset THIN_CUDA_GEMMA
 echo ok

@@ -52,6 +52,9 @@ static int olmo;
  * Mistral's window): the decode at 64 positions and at 520 and the prefills of 40 and 520 rows
  * reach past it, and its start falls inside a split, a block's span and a tensor-core tile. */
 static uint32_t window;
+/* When set, Gemma 2's soft caps: on the attention's scaled scores, and on the logits (a softcap op
+ * after the LM head). */
+static float cap_att, cap_logit;
 /* When set, the rope ops scale cos and sin by this and take a table of their own (LongRoPE's
  * attention factor and per-dimension factors). */
 static float rope_m;
@@ -200,7 +203,8 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o = add_op(m, PLAN_ATTENTION, l, -1, B_ATT);
         o->q = B_Q, o->k = B_K, o->v = B_V;
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
-        o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f;
+        o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f; /* Gemma 2: applied by the kernels */
+        o->softcap = cap_att;
         o->window = l == 0 ? window : 0;
         linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
         if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
@@ -216,6 +220,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     }
     norm(m, -1, B_X, B_H, dt);
     linear(m, -1, B_H, B_LOGITS, emb, THIN_ROLE_LM_HEAD); /* tied */
+    if (cap_logit > 0) add_op(m, PLAN_SOFTCAP, -1, B_LOGITS, B_LOGITS)->softcap = cap_logit;
 }
 
 static void free_model(model *m) {
@@ -499,9 +504,15 @@ static void run_all(const char *tag) {
     CASE("Gemma layers, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Gemma layers, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     window = 0;
+    /* Gemma 2's layer: no q/k norms, its scores and logits soft-capped (caps small enough to bend
+     * this model's values), sliding layers */
+    qknorm_dt = 0;
+    cap_att = 0.5f, cap_logit = 5.0f, window = 37;
+    CASE("Gemma 2 layers, soft caps, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("Gemma 2 layers, soft caps, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    cap_att = cap_logit = 0.0f, window = 0;
     unsetenv("THIN_CUDA_GEMMA");
     gemma = 0;
-    qknorm_dt = 0;
     /* a sliding window on a plain layer (Mistral v0.1's, Qwen2's), 100 positions */
     window = 100;
     CASE("window 100, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
