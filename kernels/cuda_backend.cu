@@ -273,9 +273,13 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                            : o->kind == PLAN_ATTENTION && o->softcap > 0 && !gemma     ? "attention soft cap"
                            : o->kind == PLAN_SOFTCAP && !gemma                         ? "logit soft cap"
                                                                                         : NULL;
-        if (what) {
-            snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what, i,
-                     gemma ? "" : "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU");
+        /* Granite's multipliers: no kernels yet */
+        const char *none = o->kind == PLAN_ADD && o->factor > 0 && o->factor != 1.0f ? "scaled residual add"
+                           : o->kind == PLAN_SCALE                                   ? "scaled logits"
+                                                                                     : NULL;
+        if (what || none) {
+            snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what ? what : none,
+                     i, what && !gemma ? "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU" : "");
             return 0;
         }
     }

@@ -127,6 +127,8 @@ void op_scale(float *x, float s, uint64_t n);
 
 /* x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft cap of its logits). */
 void op_softcap(float *x, float cap, uint64_t n);
+/* x += s * h (a residual add with Granite's residual_multiplier). */
+void op_add_scaled(float *x, const float *h, float s, uint64_t n);
 
 /* x[i] += h[i]. */
 void op_add(float *x, const float *h, uint64_t n);

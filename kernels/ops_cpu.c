@@ -646,6 +646,10 @@ void op_softcap(float *x, float cap, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
+void op_add_scaled(float *x, const float *h, float s, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] += s * h[i];
+}
+
 void op_add(float *x, const float *h, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) x[i] += h[i];
 }

@@ -261,6 +261,14 @@ static void test_bad_tapes_are_refused(void **state) {
     json_object_set_new(sc, "cap", json_real(-1.0));
     json_array_append_new(json_object_get(t, "ops"), sc);
     expect_error(t, THIN_E_BAD_MANIFEST, "cap is not a positive number", 0);
+    t = tape(); /* a scale op without its factor; an add whose scale is not positive (Granite's) */
+    json_array_append_new(json_object_get(t, "ops"), op("scale", NULL, "logits", NULL));
+    expect_error(t, THIN_E_BAD_MANIFEST, "scale without a factor", 0);
+    t = tape();
+    json_t *ad = op("add", NULL, "h", "x");
+    json_object_set_new(ad, "scale", json_real(0.0));
+    json_array_append_new(json_object_get(t, "ops"), ad);
+    expect_error(t, THIN_E_BAD_MANIFEST, "scale is not a positive number", 0);
     t = tape(); /* an attention window of 0 */
     json_object_set_new(json_array_get(json_object_get(t, "ops"), 7), "window", json_integer(0));
     expect_error(t, THIN_E_BAD_MANIFEST, "window is not a positive integer", 0);

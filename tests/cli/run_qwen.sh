@@ -12,6 +12,7 @@
 #   OLMo 2 (the same weights with its post-norms and whole q/k norms), and the Llama form as
 #   Mistral 3's multimodal checkpoint holds its text model.
 #   Qwen2 with use_sliding_window: its window in the tape.
+#   Granite (the Llama layer with its four multipliers).
 set -e
 # family FIXTURE OP COUNT TAPE_LINE ROLE SHARDS...: the checks above for one fixture
 family() {
@@ -91,6 +92,12 @@ if "$BIN/thin-run" "$T/q.thin" --device cpu --score "$T/ids33.txt" --out "$T/x.f
     exit 1
 fi
 grep -q 'the context of 32 positions (the default; --ctx allows up to 64)' "$T/err.txt"
+# Granite: its multipliers as the embedding's scale, the attention's scale, the residual adds'
+# scale and a scale op on the logits; split over 2 devices
+family granite-tiny add 4 'add  *in=h out=x scale=0.59999' o 2
+grep -q 'embed .*scale=2.5$' "$T/tape.txt"
+grep -q 'attention  *L1 .*scale=0.2000' "$T/tape.txt"
+grep -q 'scale  *in=logits factor=0.3333' "$T/tape.txt"
 # Qwen2 with use_sliding_window (a window of 5 from layer max_window_layers = 1 on): the window
 # goes into the tape and the context stays the model's; the logits of the first 5 positions are
 # the full-attention model's, later ones are not

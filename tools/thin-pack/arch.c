@@ -31,6 +31,9 @@ typedef struct hp {
     int post_norms;       /* Gemma or OLMo 2: the o and down outputs normalized before their adds */
     const char *family;
     double attn_softcap, logit_softcap; /* Gemma 2's soft caps (0: none) */
+    /* Granite: embedding_multiplier, attention_multiplier (the scores' scale), residual_multiplier
+     * and 1 / logits_scaling (0 where the family has none) */
+    double emb_mult, att_mult, res_mult, logit_mult;
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
 } hp;
 
@@ -83,7 +86,7 @@ const char *arch_family(const char *a)
         {"Qwen3ForCausalLM", "qwen3"},   {"Phi3ForCausalLM", "phi3"},
         {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
         {"Gemma2ForCausalLM", "gemma2"}, {"Olmo2ForCausalLM", "olmo2"},
-        {"Mistral3ForConditionalGeneration", "mistral"},
+        {"Mistral3ForConditionalGeneration", "mistral"}, {"GraniteForCausalLM", "granite"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -315,6 +318,20 @@ static int read_gemma(const ctx *c, hp *h)
     return read_layer_types(c, h, every, 0);
 }
 
+/* Granite's multipliers (GraniteConfig's defaults 1): the embedding's, the scores' scale in place of
+ * 1/sqrt(head_dim), the residual adds' factor on the attention's and the MLP's outputs, and the
+ * logits divided by logits_scaling. */
+static int read_granite(const ctx *c, hp *h)
+{
+    double ls;
+    if (get_real(c, "embedding_multiplier", 1.0, &h->emb_mult) ||
+        get_real(c, "attention_multiplier", 1.0, &h->att_mult) ||
+        get_real(c, "residual_multiplier", 1.0, &h->res_mult) || get_real(c, "logits_scaling", 1.0, &ls))
+        return -1; /* get_real said which is not a positive number */
+    h->logit_mult = 1.0 / ls;
+    return 0;
+}
+
 /* A sliding attention window outside Gemma: Mistral's sliding_window (every layer), Phi-3's, and
  * Qwen2's and Qwen3's with use_sliding_window (layers from max_window_layers on, default 28), or
  * config.json's layer_types where it has them; a window as long as the context is none. */
@@ -366,7 +383,8 @@ static int read_hparams(const ctx *c, hp *h)
     h->fused = calloc((size_t)h->n_layers, 1);
     if (!h->bias || !h->fused)
         return -1;
-    return rope_layers(c, h) || (h->gemma ? read_gemma(c, h) : read_windows(c, h));
+    return rope_layers(c, h) || (h->gemma ? read_gemma(c, h) : read_windows(c, h)) ||
+           (strcmp(c->family, "granite") == 0 && read_granite(c, h));
 }
 
 static json_t *id_list(const json_t *v)
@@ -539,6 +557,15 @@ static int push(json_t *ops, json_t *op)
     return op ? json_array_append_new(ops, op) : -1;
 }
 
+/* x += h, times Granite's residual_multiplier where it has one */
+static int push_add(json_t *ops, const hp *h)
+{
+    json_t *op = json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x");
+    if (op && h->res_mult > 0 && h->res_mult != 1.0)
+        json_object_set_new(op, "scale", json_real(h->res_mult));
+    return push(ops, op);
+}
+
 /* A linear of the weight of `role`, or of its rows [r0, r1) when r1 > 0 (one part of a fused
  * weight). */
 static int push_linear_rows(json_t *ops, const hp *h, thin_role role, int32_t l, const char *in,
@@ -641,15 +668,15 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
                                  "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
                                  (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
                                  "head_dim", (json_int_t)h->head_dim);
-    if (att && h->gemma) /* query_pre_attn_scalar's scale */
-        json_object_set_new(att, "scale", json_real(h->attn_scale));
+    if (att && (h->gemma || h->att_mult > 0)) /* query_pre_attn_scalar's scale, Granite's multiplier */
+        json_object_set_new(att, "scale", json_real(h->gemma ? h->attn_scale : h->att_mult));
     if (att && h->sliding && h->sliding[l]) /* the sliding layers' window */
         json_object_set_new(att, "window", json_integer(h->window));
     if (att && h->gemma && h->attn_softcap > 0) /* Gemma 2's cap on the scores */
         json_object_set_new(att, "softcap", json_real(h->attn_softcap));
     return rc || push(ops, att) || push_linear(ops, h, THIN_ROLE_O, l, "att", "h", "row") ||
            (h->post_norms && push_norm_of(ops, h, THIN_ROLE_ATTN_POST_NORM, l, "h", "h")) ||
-           push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
+           push_add(ops, h);
 }
 
 static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
@@ -665,7 +692,7 @@ static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
                                "out", "g")) ||
            push_linear(ops, h, THIN_ROLE_DOWN, l, "g", "h", "row") ||
            (h->post_norms && push_norm_of(ops, h, THIN_ROLE_FFN_POST_NORM, l, "h", "h")) ||
-           push(ops, json_pack("{ss ss ss}", "op", "add", "in", "h", "out", "x"));
+           push_add(ops, h);
 }
 
 static json_t *build_tape(const hp *h, int qk_norm)
@@ -684,13 +711,17 @@ static json_t *build_tape(const hp *h, int qk_norm)
     json_t *emb = json_pack("{ss ss ss}", "op", "embed", "w", ew, "out", "x");
     if (emb && h->gemma) /* Gemma scales the embedding by sqrt(hidden_size) */
         json_object_set_new(emb, "scale", json_real(sqrt((double)h->hidden)));
+    if (emb && h->emb_mult > 0 && h->emb_mult != 1.0) /* Granite's embedding_multiplier */
+        json_object_set_new(emb, "scale", json_real(h->emb_mult));
     int rc = push(ops, emb);
     for (int32_t l = 0; !rc && l < h->n_layers; l++)
         rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);
     rc = rc || push_rmsnorm(ops, h, THIN_ROLE_FINAL_NORM, -1) ||
          push_linear(ops, h, THIN_ROLE_LM_HEAD, -1, "h", "logits", "col") ||
          (h->logit_softcap > 0 && push(ops, json_pack("{ss ss sf}", "op", "softcap", "in", "logits", "cap",
-                                                      h->logit_softcap)));
+                                                      h->logit_softcap))) ||
+         (h->logit_mult > 0 && h->logit_mult != 1.0 && /* Granite's logits / logits_scaling */
+          push(ops, json_pack("{ss ss sf}", "op", "scale", "in", "logits", "factor", h->logit_mult)));
     if (rc) {
         json_decref(tape);
         return NULL;

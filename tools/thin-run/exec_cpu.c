@@ -172,11 +172,19 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
             op_rope(row(s, op->in, i), op->n_heads, op->head_dim, plan_rot_dim(op), j->pos + i,
                     op->theta, op->inv_freq, plan_rope_scale(op));
             break;
-        case PLAN_ADD: op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
+        case PLAN_ADD:
+            if (op->factor > 0 && op->factor != 1.0f)
+                op_add_scaled(row(s, op->out, i), row(s, op->in, i), op->factor, sz[op->in]);
+            else
+                op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]);
+            break;
         case PLAN_SILU_MUL: op_silu_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_GELU_TANH_MUL: op_gelu_tanh_mul(row(s, op->out, i), row(s, op->in, i), sz[op->in]); break;
         case PLAN_SOFTCAP:
             if (op->in != s->p->logits_buf || i >= j->lm0) op_softcap(row(s, op->in, i), op->softcap, sz[op->in]);
+            break;
+        case PLAN_SCALE:
+            if (op->in != s->p->logits_buf || i >= j->lm0) op_scale(row(s, op->in, i), op->factor, sz[op->in]);
             break;
         case PLAN_BIAS: op_add_bias(row(s, op->out, i), &op->w, sz[op->out]); break;
         case PLAN_LINEAR:

@@ -560,7 +560,7 @@ static const struct {
                 {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
                 {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL},
                 {"bias", PLAN_BIAS},           {"gelu_tanh_mul", PLAN_GELU_TANH_MUL},
-                {"softcap", PLAN_SOFTCAP}};
+                {"softcap", PLAN_SOFTCAP},     {"scale", PLAN_SCALE}};
 
 static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     const char *name = json_string_value(json_object_get(o, "op"));
@@ -585,7 +585,14 @@ static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
         if (!(op->softcap > 0))
             return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: softcap without a cap", b->op);
         return THIN_OK;
+    case PLAN_SCALE:
+        if ((st = op_buf(b, o, "in", &op->in)) || (st = op_positive(b, o, "factor", &op->factor))) return st;
+        if (!(op->factor > 0))
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: scale without a factor", b->op);
+        return THIN_OK;
     case PLAN_ADD:
+        if ((st = op_positive(b, o, "scale", &op->factor))) return st;
+        /* fall through */
     case PLAN_SILU_MUL:
     case PLAN_GELU_TANH_MUL:
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out))) return st;
@@ -841,7 +848,8 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
             if (div[o->in] != div[o->out]) why = "one operand is divided over the devices, the other whole";
             break;
         case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */
-        case PLAN_SOFTCAP: break; /* elementwise, in place */
+        case PLAN_SOFTCAP:
+        case PLAN_SCALE: break; /* elementwise, in place */
         }
     }
     free(div);

@@ -25,11 +25,12 @@ typedef enum plan_op_kind {
     PLAN_HEAD_RMSNORM = 4, /* per-head rmsnorm of buf[in] in place */
     PLAN_ROPE = 5,         /* rope of buf[in] in place at the current position */
     PLAN_ATTENTION = 6,    /* store buf[k], buf[v] in layer's cache; buf[out] = attn(buf[q]) */
-    PLAN_ADD = 7,          /* buf[out] += buf[in] */
+    PLAN_ADD = 7,          /* buf[out] += buf[in] (times factor where set: Granite's residual_multiplier) */
     PLAN_SILU_MUL = 8,     /* buf[out] = silu(buf[out]) * buf[in] */
     PLAN_BIAS = 9,         /* buf[out] += w (a vector of buf[out]'s size; Qwen2's q/k/v biases) */
     PLAN_GELU_TANH_MUL = 10, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma's MLP) */
     PLAN_SOFTCAP = 11,     /* buf[in] = cap * tanh(buf[in] / cap) in place (Gemma 2's logits) */
+    PLAN_SCALE = 12,       /* buf[in] *= factor in place (Granite's logits / logits_scaling) */
 } plan_op_kind;
 
 typedef enum plan_split {
@@ -55,6 +56,7 @@ typedef struct plan_op {
                              window); 0: all before it */
     float softcap;        /* ATTENTION: scores capped as softcap * tanh(s / softcap) (Gemma 2),
                              SOFTCAP: its cap; 0: none */
+    float factor;         /* ADD: factor on buf[in] (0: 1); SCALE: its factor */
     float theta;          /* ROPE */
     const float *inv_freq;/* ROPE: rot_dim/2 precomputed frequencies (rope scaling), or NULL */
     float rope_scale;     /* ROPE: factor on cos and sin (LongRoPE's attention factor); 0 or 1: none */
