@@ -384,7 +384,7 @@ static int pick_backend(run *r) {
     int gpu = gpu_present();
     if (o->device ? strcmp(o->device, "cuda") == 0 : gpu && o->shards == 1) {
         if (!gpu) return cli_error("--device cuda: no usable GPU found"), CLI_EXIT_DATA;
-        char why[160];
+        char why[256];
         const uint32_t ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
         if (!cuda_backend_runs(&r->p, ctx, why, sizeof why)) {
             if (o->device) return cli_error("%s: --device cuda: %s", o->model, why), CLI_EXIT_DATA;
