@@ -74,6 +74,11 @@ if "$BIN/thin-run" "$T/g.thin" --device cuda --ids 2 -n 1 2> "$T/err.txt"; then
     echo "a window of 4 ran in a context of 64" >&2; exit 1
 fi
 grep -q 'sliding attention window (4 positions, tape op [0-9]*) in a longer context (64) yet: --ctx 4 fits it' "$T/err.txt"
+# without --device or --ctx: the GPU at a context of the window's 4 positions, said
+"$BIN/thin-run" "$T/g.thin" --ids 2 -n 1 --json 2> "$T/err.txt" > "$T/cap.json"
+grep -q '"device": "cuda"' "$T/cap.json"
+grep -q '"ctx": 4' "$T/cap.json"
+grep -q 'a context of 4 positions on the GPU, the sliding window' "$T/err.txt"
 export THIN_CUDA_WINDOW=1
 family gemma3-tiny 0 logits.f32
 # Gemma 2: its soft caps on the scores and the logits, its query_pre_attn_scalar (20, head_dim 24,
