@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
             /* online softmax: rows g (elements 0, 1) and g + 8 (2, 3), a row over a lane quad.
              * Without a window tile 0 holds position 0, which every row attends, so the maxima are
              * finite; with one a row may have no position in the tiles so far (its maximum stays
-             * -inf, taken as 0 below so that its weights come out 0, not NaN). */
+             * -inf, and its weights come out 0, not NaN). */
             float x0 = -INFINITY, x1 = -INFINITY;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -190,18 +190,19 @@ __global__ void __launch_bounds__(AP_THREADS) attn_prefill_kernel(const attn_arg
                 x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, k));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, k));
             }
-            float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
-            if (n0 == -INFINITY) n0 = 0.0f;
-            if (n1 == -INFINITY) n1 = 0.0f;
-            const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+            const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+            /* the exponents' base: the running maximum, 0 while it is still -inf (the maximum
+             * itself stays -inf until a position counts) */
+            const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+            const float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
             m0 = n0, m1 = n1;
             l0 *= c0, l1 *= c1;
 #pragma unroll
             for (int j = 0; j < DT; j++) o[j][0] *= c0, o[j][1] *= c0, o[j][2] *= c1, o[j][3] *= c1;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                s[j][0] = exp2f(s[j][0] - n0), s[j][1] = exp2f(s[j][1] - n0);
-                s[j][2] = exp2f(s[j][2] - n1), s[j][3] = exp2f(s[j][3] - n1);
+                s[j][0] = exp2f(s[j][0] - u0), s[j][1] = exp2f(s[j][1] - u0);
+                s[j][2] = exp2f(s[j][2] - u1), s[j][3] = exp2f(s[j][3] - u1);
                 l0 += s[j][0] + s[j][1], l1 += s[j][2] + s[j][3];
             }
             /* o += p V: the score tiles 2k and 2k + 1 are the A fragment of positions 16k.. */
