@@ -249,25 +249,19 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
-/* Gemma's ops (env THIN_CUDA_GEMMA=1): the GELU gate, norms counted from an offset and the q norm
- * carrying the attention's scale (folded into the uploaded weights; without a q norm the attention
- * kernels take it, attn_scale_arg), the scaled embedding, Gemma 2's soft caps on the scores and the
- * logits; opt-in
- * until they have run on a GPU. */
-static int thin_cuda_gemma(void) {
-    const char *e = getenv("THIN_CUDA_GEMMA");
+/* Whether env var `name` is "1". */
+static int env_on(const char *name) {
+    const char *e = getenv(name);
     return e && strcmp(e, "1") == 0;
 }
 
-/* Sliding windows shorter than the context (env THIN_CUDA_WINDOW=1): the attention kernels take
- * them (attn_args.window); opt-in until they have run on a GPU. */
-static int thin_cuda_window(void) {
-    const char *e = getenv("THIN_CUDA_WINDOW");
-    return e && strcmp(e, "1") == 0;
-}
-
+/* Opt-in until they have run on a GPU: Gemma's ops (env THIN_CUDA_GEMMA=1: the GELU gate, norms
+ * counted from an offset and the q norm carrying the attention's scale (folded into the uploaded
+ * weights; without a q norm the attention kernels take it, attn_scale_arg), the scaled embedding,
+ * Gemma 2's soft caps on the scores and the logits) and sliding windows shorter than the context
+ * (env THIN_CUDA_WINDOW=1: the attention kernels take them, attn_args.window). */
 extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len) {
-    const int gemma = thin_cuda_gemma(), window = thin_cuda_window();
+    const int gemma = env_on("THIN_CUDA_GEMMA"), window = env_on("THIN_CUDA_WINDOW");
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
         const char *what = o->kind == PLAN_GELU_TANH_MUL && !gemma                     ? "GELU-gated MLP"

@@ -139,12 +139,16 @@ int transpose_weight(cuda_session *s, dmat *w) {
     return 0;
 }
 
+/* Whether op n is the head norm of attention op a's q (same layer). */
+static int is_q_head_norm(const plan_op *n, const plan_op *a) {
+    return n->kind == PLAN_HEAD_RMSNORM && a->kind == PLAN_ATTENTION && n->layer == a->layer && n->in == a->q;
+}
+
 float norm_fold_factor(const plan *p, uint32_t i) {
-    const plan_op *n = &p->ops[i];
-    if (n->kind != PLAN_HEAD_RMSNORM) return 1.0f;
+    if (p->ops[i].kind != PLAN_HEAD_RMSNORM) return 1.0f;
     for (uint32_t j = 0; j < p->n_ops; j++) {
         const plan_op *a = &p->ops[j];
-        if (a->kind == PLAN_ATTENTION && a->layer == n->layer && a->q == n->in && !plan_attn_scale_default(a))
+        if (is_q_head_norm(&p->ops[i], a) && !plan_attn_scale_default(a))
             return a->attn_scale * sqrtf((float)a->head_dim);
     }
     return 1.0f;
@@ -153,8 +157,7 @@ float norm_fold_factor(const plan *p, uint32_t i) {
 float attn_scale_arg(const plan *p, const plan_op *a) {
     if (plan_attn_scale_default(a)) return 0.0f;
     for (uint32_t j = 0; j < p->n_ops; j++)
-        if (p->ops[j].kind == PLAN_HEAD_RMSNORM && p->ops[j].layer == a->layer && p->ops[j].in == a->q)
-            return 0.0f; /* its norm_fold_factor carries the scale */
+        if (is_q_head_norm(&p->ops[j], a)) return 0.0f; /* its norm_fold_factor carries the scale */
     return a->attn_scale;
 }
 

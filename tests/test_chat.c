@@ -102,6 +102,17 @@ static char *render_tpl(const char *tpl, const char *sys, const char *today, con
     return out;
 }
 
+/* Rendering "Hi" with the options the template gives fails with a message holding `needle`. */
+static void render_tpl_fails(const char *tpl, const char *sys, const char *needle)
+{
+    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = sys, .think = CHAT_THINK_DEFAULT};
+    chat_from_template(tpl, &o);
+    char *out, err[128];
+    size_t len;
+    assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, needle));
+}
+
 /* Pieces of the Llama 3.0, 3.1 and 3.2 templates (the Instruct models' tokenizer_config.json)
  * and of Qwen2.5's. */
 static const char tpl_llama30[] =
@@ -197,12 +208,7 @@ static void test_chat_mistral(void **state)
     s = render_tpl(tpl_mistral03, "Be brief.", NULL, "Hi");
     assert_string_equal(s, "<s>[INST] Be brief.\n\nHi[/INST]");
     free(s);
-    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = "S", .think = CHAT_THINK_DEFAULT, .today = NULL};
-    chat_from_template(tpl_mistral01, &o);
-    char *out, err[128];
-    size_t len;
-    assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
-    assert_non_null(strstr(err, "no system message"));
+    render_tpl_fails(tpl_mistral01, "S", "no system message");
 }
 
 /* Pieces of Mistral Small 3.1's template (v7, Tekken): a default system message with today's date
@@ -237,13 +243,8 @@ static void test_chat_mistral_v7(void **state)
                    NULL, "Hi");
     assert_string_equal(s, "<s>[INST]Hi[/INST]");
     free(s);
-    chat_opts o = {.format = CHAT_FORMAT_NONE, .system = NULL, .think = CHAT_THINK_DEFAULT, .today = NULL};
-    chat_from_template("{%- set default_system_message = 'A' + name | upper %}[SYSTEM_PROMPT][INST][/INST]",
-                       &o);
-    char *out, err[128];
-    size_t len;
-    assert_int_equal(chat_render(&o, "Hi", &out, &len, err, sizeof err), -1);
-    assert_non_null(strstr(err, "--system"));
+    render_tpl_fails("{%- set default_system_message = 'A' + name | upper %}[SYSTEM_PROMPT][INST][/INST]",
+                     NULL, "--system");
 }
 
 /* Gemma 3's template (its turns, the system message at the start of the first user turn) */

@@ -23,7 +23,10 @@ typedef struct hp {
     unsigned char *sliding; /* n_layers flags: 1 = the layer's attention slides over `window` */
     int64_t window;       /* sliding_window */
     double local_theta;   /* the sliding layers' RoPE base (unscaled) */
-    double attn_scale;    /* query_pre_attn_scalar^-1/2 */
+    double attn_scale;    /* the attention's scale: Gemma's query_pre_attn_scalar^-1/2, Granite's
+                             attention_multiplier; 0: 1/sqrt(head_dim), left out of the tape */
+    double embed_scale;   /* the embedding's factor: Gemma's sqrt(hidden_size), Granite's
+                             embedding_multiplier where not 1; 0: none */
     int no_tape;          /* a reason not to write a tape was already told (bad layer_types) */
     int gemma3;           /* Gemma 3: q/k norms, the sliding layers' own RoPE base */
     int olmo2;            /* OLMo 2: no input norms, the attention's and the MLP's outputs
@@ -31,9 +34,8 @@ typedef struct hp {
     int post_norms;       /* Gemma or OLMo 2: the o and down outputs normalized before their adds */
     const char *family;
     double attn_softcap, logit_softcap; /* Gemma 2's soft caps (0: none) */
-    /* Granite: embedding_multiplier, attention_multiplier (the scores' scale), residual_multiplier
-     * and 1 / logits_scaling (0 where the family has none) */
-    double emb_mult, att_mult, res_mult, logit_mult;
+    /* Granite: residual_multiplier and 1 / logits_scaling (0 where the family has none) */
+    double res_mult, logit_mult;
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
 } hp;
 
@@ -315,6 +317,7 @@ static int read_gemma(const ctx *c, hp *h)
     }
     h->window = win;
     h->attn_scale = 1.0 / sqrt((double)qpas);
+    h->embed_scale = sqrt((double)h->hidden);
     return read_layer_types(c, h, every, 0);
 }
 
@@ -323,11 +326,13 @@ static int read_gemma(const ctx *c, hp *h)
  * logits divided by logits_scaling. */
 static int read_granite(const ctx *c, hp *h)
 {
-    double ls;
-    if (get_real(c, "embedding_multiplier", 1.0, &h->emb_mult) ||
-        get_real(c, "attention_multiplier", 1.0, &h->att_mult) ||
+    double em, ls;
+    if (get_real(c, "embedding_multiplier", 1.0, &em) ||
+        get_real(c, "attention_multiplier", 1.0, &h->attn_scale) ||
         get_real(c, "residual_multiplier", 1.0, &h->res_mult) || get_real(c, "logits_scaling", 1.0, &ls))
         return -1; /* get_real said which is not a positive number */
+    if (em != 1.0)
+        h->embed_scale = em;
     h->logit_mult = 1.0 / ls;
     return 0;
 }
@@ -668,8 +673,8 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
                                  "k", "v", "v", "out", "att", "layer", (int)l, "n_heads",
                                  (json_int_t)h->n_heads, "n_kv_heads", (json_int_t)h->n_kv,
                                  "head_dim", (json_int_t)h->head_dim);
-    if (att && (h->gemma || h->att_mult > 0)) /* query_pre_attn_scalar's scale, Granite's multiplier */
-        json_object_set_new(att, "scale", json_real(h->gemma ? h->attn_scale : h->att_mult));
+    if (att && h->attn_scale > 0) /* query_pre_attn_scalar's scale, Granite's multiplier */
+        json_object_set_new(att, "scale", json_real(h->attn_scale));
     if (att && h->sliding && h->sliding[l]) /* the sliding layers' window */
         json_object_set_new(att, "window", json_integer(h->window));
     if (att && h->gemma && h->attn_softcap > 0) /* Gemma 2's cap on the scores */
@@ -709,10 +714,8 @@ static json_t *build_tape(const hp *h, int qk_norm)
     char ew[160];
     snprintf(ew, sizeof ew, "%sembed_tokens.weight", h->pre);
     json_t *emb = json_pack("{ss ss ss}", "op", "embed", "w", ew, "out", "x");
-    if (emb && h->gemma) /* Gemma scales the embedding by sqrt(hidden_size) */
-        json_object_set_new(emb, "scale", json_real(sqrt((double)h->hidden)));
-    if (emb && h->emb_mult > 0 && h->emb_mult != 1.0) /* Granite's embedding_multiplier */
-        json_object_set_new(emb, "scale", json_real(h->emb_mult));
+    if (emb && h->embed_scale > 0) /* Gemma's sqrt(hidden_size), Granite's embedding_multiplier */
+        json_object_set_new(emb, "scale", json_real(h->embed_scale));
     int rc = push(ops, emb);
     for (int32_t l = 0; !rc && l < h->n_layers; l++)
         rc = push_attention_block(ops, h, l, qk_norm) || push_mlp_block(ops, h, l);

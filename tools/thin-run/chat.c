@@ -131,16 +131,23 @@ static char *remove_and_rstrip(const char *s, const char *const *words, size_t n
     return out;
 }
 
+/* The local time now (all fields 0 where it cannot be had). */
+static struct tm local_now(void)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm))
+        memset(&tm, 0, sizeof tm);
+    return tm;
+}
+
 /* Today's local date as "DD Month YYYY" (short: "DD Mon YYYY", strftime's "%d %b %Y"). */
 static void today_text(char *buf, size_t cap, int short_month)
 {
     static const char *const months[12] = {"January", "February", "March", "April", "May",
                                            "June", "July", "August", "September", "October",
                                            "November", "December"};
-    time_t now = time(NULL);
-    struct tm tm;
-    if (!localtime_r(&now, &tm))
-        memset(&tm, 0, sizeof tm);
+    const struct tm tm = local_now();
     snprintf(buf, cap, "%02d %.*s %d", tm.tm_mday, short_month ? 3 : 20, months[tm.tm_mon % 12],
              tm.tm_year + 1900);
 }
@@ -231,12 +238,8 @@ static int jinja_date_name(const chat_opts *o, const char *name, size_t name_len
             sb_str(b, o->today);
         else {
             char buf[128];
-            time_t now = time(NULL);
-            struct tm tm;
-            if (!localtime_r(&now, &tm))
-                memset(&tm, 0, sizeof tm);
-            size_t n = strftime(buf, sizeof buf, fmt.p, &tm);
-            sb_add(b, buf, n);
+            const struct tm tm = local_now();
+            sb_add(b, buf, strftime(buf, sizeof buf, fmt.p, &tm));
         }
         rc = 0;
     }
@@ -248,7 +251,8 @@ static int jinja_date_name(const chat_opts *o, const char *name, size_t name_len
  * not an expression this reads (string literals and strftime_now names joined by +). */
 static int mistral_default_system(const chat_opts *o, sbuf *b)
 {
-    const char *p = o->tpl ? jinja_set(o->tpl, "default_system_message", 22) : NULL;
+    static const char name[] = "default_system_message";
+    const char *p = o->tpl ? jinja_set(o->tpl, name, sizeof name - 1) : NULL;
     if (!p)
         return 0;
     for (;;) {
@@ -276,29 +280,23 @@ static int mistral_default_system(const chat_opts *o, sbuf *b)
 static int mistral_render(sbuf *b, const chat_opts *o, const char *user, char *err, size_t errlen)
 {
     sb_str(b, "<s>");
-    if (o->system_block) {
-        if (o->system) {
-            sb_str(b, "[SYSTEM_PROMPT]");
-            sb_str(b, o->system);
-            sb_str(b, "[/SYSTEM_PROMPT]");
-        } else {
-            sbuf d = {0};
-            int rc = mistral_default_system(o, &d);
-            if (rc < 0 || d.oom) {
-                free(d.p);
-                if (err && errlen)
-                    snprintf(err, errlen, "%s", rc < 0 ? "the chat template's default system message "
-                                                         "is not plain text (--system gives one)"
-                                                       : "out of memory");
-                return -1;
-            }
-            if (rc > 0) {
-                sb_str(b, "[SYSTEM_PROMPT]");
-                sb_add(b, d.p ? d.p : "", d.n);
-                sb_str(b, "[/SYSTEM_PROMPT]");
-            }
+    if (o->system_block) { /* the given system message, else the template's default, if any */
+        sbuf d = {0};
+        const int rc = o->system ? 1 : mistral_default_system(o, &d);
+        if (rc < 0 || d.oom) {
             free(d.p);
+            if (err && errlen)
+                snprintf(err, errlen, "%s", rc < 0 ? "the chat template's default system message "
+                                                     "is not plain text (--system gives one)"
+                                                   : "out of memory");
+            return -1;
         }
+        if (rc > 0) {
+            sb_str(b, "[SYSTEM_PROMPT]");
+            sb_str(b, o->system ? o->system : d.p ? d.p : "");
+            sb_str(b, "[/SYSTEM_PROMPT]");
+        }
+        free(d.p);
         sb_str(b, "[INST]");
         sb_str(b, user ? user : "");
         sb_str(b, "[/INST]");
