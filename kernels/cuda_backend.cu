@@ -273,9 +273,10 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                            : o->kind == PLAN_ATTENTION && o->softcap > 0 && !gemma     ? "attention soft cap"
                            : o->kind == PLAN_SOFTCAP && !gemma                         ? "logit soft cap"
                                                                                         : NULL;
-        /* Granite's multipliers: no kernels yet */
+        /* Granite's multipliers, mixtures of experts: no kernels yet */
         const char *none = o->kind == PLAN_ADD && o->factor > 0 && o->factor != 1.0f ? "scaled residual add"
                            : o->kind == PLAN_SCALE                                   ? "scaled logits"
+                           : o->kind == PLAN_MOE                                     ? "mixture of experts"
                                                                                      : NULL;
         if (what || none) {
             snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what ? what : none,

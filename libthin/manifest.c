@@ -53,6 +53,14 @@ static thin_status parse_tensor_fields(json_t *e, thin_tensor_info *t, const cha
             FAIL(THIN_E_BAD_MANIFEST, "layer is not an integer >= -1");
         t->layer = (int32_t)json_integer_value(layer);
     }
+    json_t *expert = json_object_get(e, "expert");
+    if (expert) {
+        if (!json_is_integer(expert) || json_integer_value(expert) < 0 ||
+            json_integer_value(expert) > INT32_MAX)
+            FAIL(THIN_E_BAD_MANIFEST, "expert is not an integer >= 0");
+        if (t->layer < 0) FAIL(THIN_E_BAD_MANIFEST, "an expert's tensor belongs to no layer");
+        t->expert = (int32_t)json_integer_value(expert);
+    }
     if ((s = get_str(e, "dtype", 1, &dtype, why))) return s;
     t->dtype = thin_dtype_from_name(dtype);
     if (t->dtype == THIN_DTYPE_INVALID || strcmp(thin_dtype_name(t->dtype), dtype) != 0)
@@ -85,6 +93,7 @@ static thin_status parse_fields(json_t *e, int is_blob, thin_entry *out, const c
     out->json = e;
     thin_tensor_info *t = &out->info;
     t->layer = -1;
+    t->expert = -1;
     if (!json_is_object(e)) FAIL(THIN_E_BAD_MANIFEST, "an entry is not an object");
     thin_status s = get_str(e, "name", 1, &t->name, why);
     if (s) return s;

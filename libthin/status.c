@@ -35,6 +35,7 @@ static const char *const role_names[THIN_ROLE_COUNT_] = {
     [THIN_ROLE_Q_BIAS] = "q_bias",       [THIN_ROLE_K_BIAS] = "k_bias",
     [THIN_ROLE_V_BIAS] = "v_bias",       [THIN_ROLE_ATTN_POST_NORM] = "attn_post_norm",
     [THIN_ROLE_FFN_POST_NORM] = "ffn_post_norm",
+    [THIN_ROLE_ROUTER] = "router",
 };
 
 const char *thin_role_name(thin_role r)

@@ -135,6 +135,7 @@ typedef enum thin_role {
     THIN_ROLE_V_BIAS = 20,
     THIN_ROLE_ATTN_POST_NORM = 21, /* a norm of the attention's output before its residual add (Gemma) */
     THIN_ROLE_FFN_POST_NORM = 22,  /* a norm of the MLP's output before its residual add (Gemma) */
+    THIN_ROLE_ROUTER = 23,         /* a mixture of experts' router: one row of scores per expert */
     THIN_ROLE_COUNT_
 } thin_role;
 
@@ -199,6 +200,8 @@ typedef struct thin_tensor_info {
     const char *tied_to;  /* this tensor shares the data of that one (e.g. lm_head → embedding),
                              or NULL; a tied entry has no chunks of its own */
     uint32_t index;       /* position in the manifest */
+    int32_t expert;       /* the expert's index in its layer's mixture (a gate, up or down weight
+                             of one expert), or -1 */
 } thin_tensor_info;
 
 typedef struct thin_chunk_info {
@@ -330,6 +333,8 @@ typedef struct thin_tensor_desc {
     uint64_t shape[THIN_MAX_RANK];
     const char *scale;   /* linked scale tensor, or NULL */
     const char *tied_to; /* the tensor whose data this one shares, or NULL (then no data follows) */
+    int has_expert;      /* 1: the tensor belongs to expert `expert` (>= 0) of its layer's mixture */
+    int32_t expert;
 } thin_tensor_desc;
 
 thin_writer *thin_writer_new(void);

@@ -74,6 +74,9 @@ static thin_status check_desc(thin_writer *w, const thin_tensor_desc *d, uint64_
     if (s) return s;
     if ((int)d->role < 0 || d->role >= THIN_ROLE_COUNT_ || d->layer < -1)
         return thin_writer_fail(w, THIN_E_INVALID_ARG, "tensor '%s': bad role or layer", d->name);
+    if (d->has_expert && (d->expert < 0 || d->layer < 0))
+        return thin_writer_fail(w, THIN_E_INVALID_ARG, "tensor '%s': an expert index below 0 or "
+                                "without a layer", d->name);
     uint64_t n = thin_dtype_size(d->dtype);
     if (!n) return thin_writer_fail(w, THIN_E_DTYPE, "tensor '%s': unknown dtype", d->name);
     if (d->rank > THIN_MAX_RANK)
@@ -100,6 +103,7 @@ static json_t *tensor_json(const thin_tensor_desc *d, uint64_t nbytes)
     json_t *o = json_pack("{sssssisssosI}", "name", d->name, "role", thin_role_name(d->role),
                           "layer", (int)d->layer, "dtype", thin_dtype_name(d->dtype), "shape",
                           shape, "nbytes", (json_int_t)nbytes);
+    if (o && d->has_expert && json_object_set_new(o, "expert", json_integer(d->expert))) o = NULL;
     if (o && d->scale && json_object_set_new(o, "scale", json_string(d->scale))) o = NULL;
     if (o && d->tied_to && json_object_set_new(o, "tied_to", json_string(d->tied_to))) o = NULL;
     return o;

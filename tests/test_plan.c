@@ -102,7 +102,7 @@ static void add_weight(thin_writer *w, size_t i, const variant *v) {
     const wspec *s = &weights[i];
     uint64_t n = (s->rows ? s->rows : 1) * s->cols;
     thin_tensor_desc d = {s->name, s->role, s->layer, THIN_DTYPE_F32, s->rows ? 2 : 1,
-                          {s->rows ? s->rows : s->cols, s->cols}, NULL, NULL};
+                          {s->rows ? s->rows : s->cols, s->cols}, NULL, NULL, 0, 0};
     float *f = malloc(n * sizeof *f);
     for (uint64_t k = 0; k < n; k++) f[k] = s->rows ? value(i, k) : 1.0f + value(i, k) * 0.1f;
     if (i == 2 && v->fp8_q) {
@@ -114,7 +114,7 @@ static void add_weight(thin_writer *w, size_t i, const variant *v) {
         d.scale = v->fp8_q == 1 ? "q.scale" : NULL;
         assert_int_equal(thin_writer_add_tensor(w, &d, q), THIN_OK);
         thin_tensor_desc sd = {"q.scale", THIN_ROLE_SCALE, 0, THIN_DTYPE_F32, 1, {HEADS * HD},
-                               NULL, NULL};
+                               NULL, NULL, 0, 0};
         if (v->fp8_q == 1) assert_int_equal(thin_writer_add_tensor(w, &sd, scale), THIN_OK);
         free(q);
     } else {
@@ -132,11 +132,11 @@ static void write_model(const char *path, variant v) {
         float b[KV_HEADS * HD];
         for (int k = 0; k < KV_HEADS * HD; k++) b[k] = v.k_bias == 1 ? value(99, (size_t)k) : 0.0f;
         thin_tensor_desc d = {"model.layers.0.self_attn.k_proj.bias", THIN_ROLE_K_BIAS, 0,
-                              THIN_DTYPE_F32, 1, {KV_HEADS * HD}, NULL, NULL};
+                              THIN_DTYPE_F32, 1, {KV_HEADS * HD}, NULL, NULL, 0, 0};
         assert_int_equal(thin_writer_add_tensor(w, &d, b), THIN_OK);
     }
     thin_tensor_desc lm = {"lm_head.weight", THIN_ROLE_LM_HEAD, -1, THIN_DTYPE_F32, 2,
-                           {VOCAB, DIM}, NULL, "model.embed_tokens.weight"};
+                           {VOCAB, DIM}, NULL, "model.embed_tokens.weight", 0, 0};
     assert_int_equal(thin_writer_begin_tensor(w, &lm), THIN_OK);
     assert_int_equal(thin_writer_end_tensor(w), THIN_OK);
     assert_int_equal(thin_writer_set_section(w, "model", hparams), THIN_OK);

@@ -87,24 +87,24 @@ static void test_canonical_names(void **state)
 static void test_gemma_family(void **state)
 {
     thin_role r;
-    int32_t l;
-    assert_int_equal(roles_map_family("gemma3", "model.layers.4.post_attention_layernorm.weight", &r, &l), ROLES_KNOWN);
+    int32_t l, e;
+    assert_int_equal(roles_map_family("gemma3", "model.layers.4.post_attention_layernorm.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_ATTN_POST_NORM);
     assert_int_equal(l, 4);
-    assert_int_equal(roles_map_family("gemma3", "model.layers.0.pre_feedforward_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.0.pre_feedforward_layernorm.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_FFN_NORM);
-    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_FFN_POST_NORM);
     assert_int_equal(l, 2);
-    assert_int_equal(roles_map_family("gemma3", "model.layers.2.mlp.up_proj.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.mlp.up_proj.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_UP);
-    assert_int_equal(roles_map_family("gemma3", "model.norm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family("gemma3", "model.norm.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_FINAL_NORM);
-    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.bias", &r, &l), ROLES_UNKNOWN);
-    assert_int_equal(roles_map_family("llama", "model.layers.4.post_attention_layernorm.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family("gemma3", "model.layers.2.post_feedforward_layernorm.bias", &r, &l, &e), ROLES_UNKNOWN);
+    assert_int_equal(roles_map_family("llama", "model.layers.4.post_attention_layernorm.weight", &r, &l, &e), ROLES_KNOWN);
     assert_int_equal(r, THIN_ROLE_FFN_NORM);
-    assert_int_equal(roles_map_family(NULL, "model.layers.0.pre_feedforward_layernorm.weight", &r, &l), ROLES_UNKNOWN);
-    assert_int_equal(roles_map_family("gemma3", "lm_head.weight", &r, &l), ROLES_KNOWN);
+    assert_int_equal(roles_map_family(NULL, "model.layers.0.pre_feedforward_layernorm.weight", &r, &l, &e), ROLES_UNKNOWN);
+    assert_int_equal(roles_map_family("gemma3", "lm_head.weight", &r, &l, &e), ROLES_KNOWN);
     char buf[128];
     assert_int_equal(roles_name_family("gemma3", THIN_ROLE_FFN_NORM, 1, buf, sizeof buf), 0);
     assert_string_equal(buf, "model.layers.1.pre_feedforward_layernorm.weight");
@@ -117,10 +117,59 @@ static void test_gemma_family(void **state)
     (void)state;
 }
 
+/* A mixture of experts' router and experts (Qwen3-MoE's and OLMoE's names, Mixtral's). */
+static void check_expert(const char *name, roles_kind kind, thin_role role, int32_t layer,
+                         int32_t expert)
+{
+    thin_role r;
+    int32_t l, e;
+    roles_kind k = roles_map_expert(name, &r, &l, &e);
+    if (k != kind || r != role || l != layer || e != expert)
+        fail_msg("%s: got kind %d role %d layer %d expert %d, want %d %d %d %d", name, k, r, l, e,
+                 kind, role, layer, expert);
+}
+
+static void test_experts(void **state)
+{
+    check_expert("model.layers.3.mlp.gate.weight", ROLES_KNOWN, THIN_ROLE_ROUTER, 3, -1);
+    check_expert("model.layers.3.mlp.experts.0.gate_proj.weight", ROLES_KNOWN, THIN_ROLE_GATE, 3, 0);
+    check_expert("model.layers.3.mlp.experts.127.up_proj.weight", ROLES_KNOWN, THIN_ROLE_UP, 3, 127);
+    check_expert("model.layers.0.mlp.experts.12.down_proj.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 0, 12);
+    check_expert("model.layers.1.block_sparse_moe.gate.weight", ROLES_KNOWN, THIN_ROLE_ROUTER, 1, -1);
+    check_expert("model.layers.1.block_sparse_moe.experts.7.w1.weight", ROLES_KNOWN, THIN_ROLE_GATE, 1, 7);
+    check_expert("model.layers.1.block_sparse_moe.experts.7.w3.weight", ROLES_KNOWN, THIN_ROLE_UP, 1, 7);
+    check_expert("model.layers.1.block_sparse_moe.experts.7.w2.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 1, 7);
+    check_expert("model.layers.1.mlp.experts.7.gate_proj.weight.scale", ROLES_KNOWN, THIN_ROLE_SCALE, 1, -1);
+    check_expert("model.layers.1.mlp.gate_proj.weight", ROLES_KNOWN, THIN_ROLE_GATE, 1, -1);
+    /* not an expert: a leading zero, no number, another projection, a bias */
+    check_expert("model.layers.1.mlp.experts.07.up_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, 1, -1);
+    check_expert("model.layers.1.mlp.experts.x.up_proj.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, 1, -1);
+    check_expert("model.layers.1.mlp.experts.2.w1.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, 1, -1);
+    check_expert("model.layers.1.mlp.experts.2.up_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
+    check_expert("model.layers.1.mlp.gate.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
+    thin_role r;
+    int32_t l, e;
+    assert_int_equal(roles_map_family("mixtral", "language_model.model.layers.2.block_sparse_moe.experts.3.w2.weight",
+                                      &r, &l, &e), ROLES_KNOWN);
+    assert_true(r == THIN_ROLE_DOWN && l == 2 && e == 3);
+    char buf[128];
+    assert_int_equal(roles_moe_name("mixtral", THIN_ROLE_UP, 2, 5, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.2.block_sparse_moe.experts.5.w3.weight");
+    assert_int_equal(roles_moe_name("qwen3_moe", THIN_ROLE_DOWN, 2, 5, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.2.mlp.experts.5.down_proj.weight");
+    assert_int_equal(roles_moe_name("qwen3_moe", THIN_ROLE_ROUTER, 4, -1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "model.layers.4.mlp.gate.weight");
+    assert_int_equal(roles_moe_name("qwen3_moe", THIN_ROLE_Q, 4, 1, buf, sizeof buf), -1);
+    assert_int_equal(roles_moe_name("qwen3_moe", THIN_ROLE_UP, 4, 1, buf, 12), -1);
+    assert_string_equal(thin_role_name(THIN_ROLE_ROUTER), "router");
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_weights),
+        cmocka_unit_test(test_experts),
         cmocka_unit_test(test_global_weights),
         cmocka_unit_test(test_biases_and_unknown),
         cmocka_unit_test(test_gemma_family),

@@ -37,6 +37,11 @@ typedef struct hp {
     /* Granite: residual_multiplier and 1 / logits_scaling (0 where the family has none) */
     double res_mult, logit_mult;
     const char *pre, *head; /* ctx's tensor prefix and LM head name */
+    int qk_whole;         /* OLMo 2, OLMoE: q and k normalized whole, not per head */
+    /* a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) */
+    int64_t n_experts, top_k, moe_inter; /* 0 experts: no mixture */
+    int norm_topk;        /* the top-k weights renormalized to sum to 1 */
+    unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture */
 } hp;
 
 typedef struct ctx {
@@ -89,6 +94,8 @@ const char *arch_family(const char *a)
         {"Gemma3ForCausalLM", "gemma3"}, {"Gemma3ForConditionalGeneration", "gemma3"},
         {"Gemma2ForCausalLM", "gemma2"}, {"Olmo2ForCausalLM", "olmo2"},
         {"Mistral3ForConditionalGeneration", "mistral"}, {"GraniteForCausalLM", "granite"},
+        {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"},
+        {"OlmoeForCausalLM", "olmoe"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -169,7 +176,8 @@ static double default_theta(const char *family)
 {
     if (strcmp(family, "smollm3") == 0)
         return 2000000.0;
-    if (strcmp(family, "qwen2") == 0 || strcmp(family, "qwen3") == 0 || strcmp(family, "gemma3") == 0)
+    if (strcmp(family, "qwen2") == 0 || strcmp(family, "qwen3") == 0 || strcmp(family, "gemma3") == 0 ||
+        strcmp(family, "qwen3_moe") == 0)
         return 1000000.0;
     return 10000.0;
 }
@@ -355,11 +363,57 @@ static int read_windows(const ctx *c, hp *h)
     return read_layer_types(c, h, 0, from);
 }
 
+/* A mixture of experts: Mixtral's num_local_experts (default 8) and top 2, renormalized; Qwen3-MoE's
+ * num_experts (128), num_experts_per_tok (8), moe_intermediate_size (768), norm_topk_prob (false)
+ * and its sparse layers (not in mlp_only_layers, and (L + 1) a multiple of decoder_sparse_step,
+ * default 1); OLMoE's num_experts (64), top 8, norm_topk_prob (false), every layer. The defaults
+ * are the config classes'. */
+static int read_moe(const ctx *c, hp *h)
+{
+    const int mixtral = strcmp(c->family, "mixtral") == 0, qwen = strcmp(c->family, "qwen3_moe") == 0;
+    int64_t step = 1;
+    if (get_int(c, mixtral ? "num_local_experts" : "num_experts", 1, 1 << 16, 1,
+                mixtral ? 8 : qwen ? 128 : 64, &h->n_experts) ||
+        get_int(c, "num_experts_per_tok", 1, h->n_experts, 1, mixtral ? 2 : 8, &h->top_k) ||
+        (qwen && get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 32, 1, 768, &h->moe_inter)) ||
+        (qwen && get_int(c, "decoder_sparse_step", 1, 1 << 16, 1, 1, &step)))
+        return -1;
+    if (!qwen)
+        h->moe_inter = h->inter;
+    const json_t *nt = json_object_get(c->config, "norm_topk_prob");
+    h->norm_topk = mixtral || json_is_true(nt);
+    if (!(h->sparse = malloc((size_t)h->n_layers)))
+        return -1;
+    for (int64_t l = 0; l < h->n_layers; l++)
+        h->sparse[l] = (l + 1) % step == 0;
+    const json_t *only = qwen ? json_object_get(c->config, "mlp_only_layers") : NULL;
+    if (only && !json_is_null(only) && !json_is_array(only)) {
+        warnf(c, "config.json: mlp_only_layers is not a list");
+        return -1;
+    }
+    for (size_t i = 0; i < json_array_size(only); i++) {
+        const json_t *v = json_array_get(only, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= h->n_layers) {
+            warnf(c, "config.json: mlp_only_layers[%zu] is not a layer index", i);
+            return -1;
+        }
+        h->sparse[json_integer_value(v)] = 0;
+    }
+    return 0;
+}
+
+static int is_moe_family(const char *family)
+{
+    return strcmp(family, "mixtral") == 0 || strcmp(family, "qwen3_moe") == 0 ||
+           strcmp(family, "olmoe") == 0;
+}
+
 static int read_hparams(const ctx *c, hp *h)
 {
     const int64_t big = (int64_t)1 << 32;
     h->family = c->family;
     h->olmo2 = strcmp(c->family, "olmo2") == 0;
+    h->qk_whole = h->olmo2 || strcmp(c->family, "olmoe") == 0;
     h->gemma3 = strcmp(c->family, "gemma3") == 0;
     h->post_norms = roles_family_post_norms(c->family);
     h->gemma = h->post_norms && !h->olmo2;
@@ -389,7 +443,8 @@ static int read_hparams(const ctx *c, hp *h)
     if (!h->bias || !h->fused)
         return -1;
     return rope_layers(c, h) || (h->gemma ? read_gemma(c, h) : read_windows(c, h)) ||
-           (strcmp(c->family, "granite") == 0 && read_granite(c, h));
+           (strcmp(c->family, "granite") == 0 && read_granite(c, h)) ||
+           (is_moe_family(c->family) && read_moe(c, h));
 }
 
 static json_t *id_list(const json_t *v)
@@ -419,17 +474,47 @@ static json_t *hparams_json(const ctx *c, const hp *h)
             json_array_append_new(nr, json_integer(h->rope[l]));
         json_object_set_new(o, "no_rope_layers", nr);
     }
+    if (o && h->n_experts) {
+        json_t *sp = json_array();
+        for (int64_t l = 0; sp && l < h->n_layers; l++)
+            json_array_append_new(sp, json_integer(h->sparse[l]));
+        json_object_set_new(o, "n_experts", json_integer(h->n_experts));
+        json_object_set_new(o, "n_experts_per_tok", json_integer(h->top_k));
+        json_object_set_new(o, "moe_intermediate_size", json_integer(h->moe_inter));
+        json_object_set_new(o, "norm_topk_prob", json_boolean(h->norm_topk));
+        json_object_set_new(o, "moe_layers", sp);
+    }
     return o;
 }
+
+/* The name of expert e's weight of `role` (e < 0: the router's) in layer l under the family's
+ * naming and the text model's prefix pre. */
+static int moe_tname(const char *family, const char *pre, thin_role role, int32_t l, int32_t e,
+                     char *buf, size_t cap)
+{
+    char canon[192];
+    if (roles_moe_name(family, role, l, e, canon, sizeof canon))
+        return -1;
+    const int n = snprintf(buf, cap, "%s%s", pre, canon + 6); /* after "model." */
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int expect_name(const ctx *c, const char *name, uint64_t rows, uint64_t cols);
 
 /* Checks that tensor `role` of `layer` exists with the expected 1-D or 2-D shape. */
 static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, uint64_t cols)
 {
     char name[128];
-    uint32_t rank = 0;
-    uint64_t shape[THIN_MAX_RANK];
     if (tname(c->family, c->pre, c->head, role, layer, name, sizeof name))
         snprintf(name, sizeof name, "%s", thin_role_name(role));
+    return expect_name(c, name, rows, cols);
+}
+
+/* Checks that tensor `name` exists with the expected 1-D or 2-D shape. */
+static int expect_name(const ctx *c, const char *name, uint64_t rows, uint64_t cols)
+{
+    uint32_t rank = 0;
+    uint64_t shape[THIN_MAX_RANK];
     if (!c->lookup(c->user, name, &rank, shape)) {
         warnf(c, "no execution tape: tensor %s is missing", name);
         return -1;
@@ -489,13 +574,38 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     }
     int qn = has_name(c, "self_attn.q_norm.weight", l);
     int kn = has_name(c, "self_attn.k_norm.weight", l);
-    const int needs = strcmp(c->family, "gemma3") == 0 || strcmp(c->family, "olmo2") == 0;
+    const int needs = strcmp(c->family, "gemma3") == 0 || strcmp(c->family, "olmo2") == 0 ||
+                      strcmp(c->family, "olmoe") == 0 || strcmp(c->family, "qwen3_moe") == 0;
     if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !needs) || (!qn && needs)) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
               c->family);
         return -1;
     }
     *qk_norm = qn;
+    return 0;
+}
+
+/* A sparse layer's router [experts, hidden] and every expert's gate and up [moe_inter, hidden] and
+ * down [hidden, moe_inter]. */
+static int check_experts(const ctx *c, const hp *h, int32_t l)
+{
+    char name[192];
+    if (has_name(c, "mlp.experts.gate_up_proj", l) || has_name(c, "mlp.experts.down_proj", l)) {
+        warnf(c, "no execution tape: layer %d stores its experts as stacked tensors "
+              "(mlp.experts.gate_up_proj); the tape names one tensor per expert", (int)l);
+        return -1;
+    }
+    const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter;
+    if (moe_tname(c->family, c->pre, THIN_ROLE_ROUTER, l, -1, name, sizeof name) ||
+        expect_name(c, name, (uint64_t)h->n_experts, d))
+        return -1;
+    for (int32_t e = 0; e < h->n_experts; e++)
+        for (int j = 0; j < 3; j++) {
+            static const thin_role r[3] = {THIN_ROLE_GATE, THIN_ROLE_UP, THIN_ROLE_DOWN};
+            if (moe_tname(c->family, c->pre, r[j], l, e, name, sizeof name) ||
+                expect_name(c, name, j == 2 ? d : f, j == 2 ? f : d))
+                return -1;
+        }
     return 0;
 }
 
@@ -520,11 +630,13 @@ static int check_tensors(const ctx *c, hp *h, int *qk_norm, int *tie_lm_head)
                 : expect(c, THIN_ROLE_Q, l, qd, d) || expect(c, THIN_ROLE_K, l, kvd, d) ||
                       expect(c, THIN_ROLE_V, l, kvd, d)) ||
             expect(c, THIN_ROLE_O, l, d, qd) || (!h->olmo2 && expect(c, THIN_ROLE_FFN_NORM, l, d, 0)) ||
-            (fg ? expect(c, THIN_ROLE_GATE_UP, l, 2 * f, d)
-                : expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d)) ||
-            expect(c, THIN_ROLE_DOWN, l, d, f) ||
-            (qk && (expect(c, THIN_ROLE_Q_NORM, l, h->olmo2 ? qd : hd, 0) ||
-                    expect(c, THIN_ROLE_K_NORM, l, h->olmo2 ? kvd : hd, 0))) ||
+            (h->sparse && h->sparse[l]
+                 ? check_experts(c, h, l)
+                 : (fg ? expect(c, THIN_ROLE_GATE_UP, l, 2 * f, d)
+                       : expect(c, THIN_ROLE_GATE, l, f, d) || expect(c, THIN_ROLE_UP, l, f, d)) ||
+                       expect(c, THIN_ROLE_DOWN, l, d, f)) ||
+            (qk && (expect(c, THIN_ROLE_Q_NORM, l, h->qk_whole ? qd : hd, 0) ||
+                    expect(c, THIN_ROLE_K_NORM, l, h->qk_whole ? kvd : hd, 0))) ||
             ((h->bias[l] & 1) && expect(c, THIN_ROLE_Q_BIAS, l, qd, 0)) ||
             ((h->bias[l] & 2) && expect(c, THIN_ROLE_K_BIAS, l, kvd, 0)) ||
             ((h->bias[l] & 4) && expect(c, THIN_ROLE_V_BIAS, l, kvd, 0)) ||
@@ -654,9 +766,9 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
                                  "layer", (int)l));
     }
     /* OLMo 2 normalizes q and k whole (weights of q's and k's size), Qwen3 and Gemma 3 per head */
-    for (int i = 0; !rc && qk_norm && h->olmo2 && i < 2; i++)
+    for (int i = 0; !rc && qk_norm && h->qk_whole && i < 2; i++)
         rc = push_norm_of(ops, h, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, i ? "k" : "q", i ? "k" : "q");
-    for (int i = 0; !rc && qk_norm && !h->olmo2 && i < 2; i++) {
+    for (int i = 0; !rc && qk_norm && !h->qk_whole && i < 2; i++) {
         if ((rc = tname(h->family, h->pre, h->head, i ? THIN_ROLE_K_NORM : THIN_ROLE_Q_NORM, l, w, sizeof w)))
             break;
         json_t *op = json_pack("{ss ss ss sI sf si}", "op", "head_rmsnorm", "w", w, "in",
@@ -684,9 +796,32 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
            push_add(ops, h);
 }
 
+/* A sparse layer's mixture: moe(h -> h) with the router and the experts' weights by name. */
+static int push_moe(json_t *ops, const hp *h, int32_t l)
+{
+    char w[192];
+    json_t *names[3] = {json_array(), json_array(), json_array()};
+    static const thin_role r[3] = {THIN_ROLE_GATE, THIN_ROLE_UP, THIN_ROLE_DOWN};
+    int rc = !names[0] || !names[1] || !names[2];
+    for (int32_t e = 0; !rc && e < h->n_experts; e++)
+        for (int j = 0; !rc && j < 3; j++)
+            rc = moe_tname(h->family, h->pre, r[j], l, e, w, sizeof w) ||
+                 json_array_append_new(names[j], json_string(w));
+    json_t *op = NULL;
+    if (!rc && !moe_tname(h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w))
+        op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
+                       "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
+                       h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);
+    for (int j = 0; j < 3; j++)
+        json_decref(names[j]);
+    return push(ops, op);
+}
+
 static int push_mlp_block(json_t *ops, const hp *h, int32_t l)
 {
     const int64_t f = h->inter;
+    if (h->sparse && h->sparse[l])
+        return push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l) || push_moe(ops, h, l) || push_add(ops, h);
     const char *in = h->olmo2 ? "x" : "h"; /* OLMo 2: no input norm */
     return (!h->olmo2 && push_rmsnorm(ops, h, THIN_ROLE_FFN_NORM, l)) ||
            (h->fused[l] & 2 ? push_linear_rows(ops, h, THIN_ROLE_GATE_UP, l, in, "g", "col", 0, f) ||
@@ -743,6 +878,8 @@ static int check_act(const ctx *c, const hp *h)
         return -1;
     /* Gemma 3 with soft caps (Gemma 2's) and an encoder's bidirectional attention: not in the tape */
     if (h->gemma3 && (must_be_null(c, "attn_logit_softcapping") || must_be_null(c, "final_logit_softcapping")))
+        return -1;
+    if (strcmp(h->family, "olmoe") == 0 && must_be_null(c, "clip_qkv")) /* OLMoE's clamp of q, k, v */
         return -1;
     if (h->gemma && json_is_true(json_object_get(c->config, "use_bidirectional_attention"))) {
         warnf(c, "no execution tape: config.json asks for bidirectional attention");
@@ -849,6 +986,8 @@ int arch_build(const json_t *config_in, arch_lookup_fn lookup, void *user, arch_
             free(h.rope);
             free(h.bias);
             free(h.fused);
+            free(h.sliding);
+            free(h.sparse);
             json_decref(h.rope_scaling);
             json_decref(config);
             arch_model_free(out);
@@ -861,6 +1000,7 @@ int arch_build(const json_t *config_in, arch_lookup_fn lookup, void *user, arch_
     free(h.bias);
     free(h.fused);
     free(h.sliding);
+    free(h.sparse);
     json_decref(h.rope_scaling);
     json_decref(config);
     return 0;

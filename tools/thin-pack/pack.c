@@ -53,7 +53,7 @@ int pack_plan_shard(pack *p, const st_header *h, const char *label)
                              p->t[json_integer_value(prev)].shard);
         pack_tensor *t = &p->t[p->n_t];
         memset(t, 0, sizeof *t);
-        roles_kind k = roles_map_family(p->family, s->name, &t->role, &t->layer);
+        roles_kind k = roles_map_family(p->family, s->name, &t->role, &t->layer, &t->expert);
         static const char *const vision[] = {"vision_tower.", "multi_modal_projector.",
                                              "model.vision_tower.", "model.multi_modal_projector."};
         int is_vision = 0;
@@ -89,7 +89,8 @@ static int begin(pack *p, const st_tensor *t)
         return pack_fail("internal error: tensor '%s' was not planned", t->name);
     const pack_tensor *pt = &p->t[json_integer_value(idx)];
     thin_tensor_desc d = {.name = pt->name, .role = pt->role, .layer = pt->layer,
-                          .dtype = pt->dtype, .rank = pt->rank};
+                          .dtype = pt->dtype, .rank = pt->rank, .has_expert = pt->expert >= 0,
+                          .expert = pt->expert};
     memcpy(d.shape, pt->shape, sizeof d.shape);
     if (thin_writer_begin_tensor(p->w, &d) != THIN_OK)
         return pack_fail("%s", thin_writer_error(p->w));

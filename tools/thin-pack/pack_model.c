@@ -209,8 +209,8 @@ static int model_section(pack *p, json_t **model, json_t **tape, int *tie, char 
     if (am.tape && roles_family_post_norms(am.family))
         for (size_t i = 0; i < p->n_t; i++) {
             thin_role r;
-            int32_t l;
-            roles_map_family(am.family, p->t[i].name, &r, &l);
+            int32_t l, e;
+            roles_map_family(am.family, p->t[i].name, &r, &l, &e);
             if (r != p->t[i].role) { /* tagged before config.json was read (an archive's order) */
                 on_warn(why, "no execution tape: config.json came after the weights, whose "
                              "post-norms were tagged as Llama's norms; put it first in the archive");

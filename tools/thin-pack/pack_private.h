@@ -24,6 +24,7 @@ typedef struct pack_tensor {
     char *shard;              /* base name of the source file */
     thin_role role;
     int32_t layer;
+    int32_t expert;           /* a mixture's expert, or -1 */
     thin_dtype dtype;
     uint32_t rank;
     uint64_t shape[THIN_MAX_RANK];

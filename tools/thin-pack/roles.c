@@ -69,25 +69,20 @@ static int ends_with(const char *s, size_t n, const char *suffix)
     return n >= k && memcmp(s + n - k, suffix, k) == 0;
 }
 
+static int32_t parse_index(const char *p, const char **end);
+
 /* Parses "model.layers.N." at the start of name: returns N (>= 0) and the rest, or -1. */
 static int32_t layer_prefix(const char *name, const char **rest)
 {
     static const char pre[] = "model.layers.";
+    const char *p;
     if (strncmp(name, pre, sizeof pre - 1) != 0)
         return -1;
-    const char *p = name + sizeof pre - 1;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
-        return -1;
-    long v = 0;
-    while (*p >= '0' && *p <= '9') {
-        v = v * 10 + (*p++ - '0');
-        if (v > INT32_MAX / 2)
-            return -1;
-    }
-    if (*p != '.')
+    const int32_t v = parse_index(name + sizeof pre - 1, &p);
+    if (v < 0 || *p != '.')
         return -1;
     *rest = p + 1;
-    return (int32_t)v;
+    return v;
 }
 
 /* Role of suffix rest[0..rn) in table t of n entries, or -1. */
@@ -110,11 +105,66 @@ static int suffix_name(const suffix_role *t, size_t n, thin_role role, int32_t l
     return -1;
 }
 
-/* Role of "stem" (a name without its last component), or -1. */
-static int stem_role(const char *stem, size_t n, int32_t *layer)
+/* A mixture of experts' weights after "model.layers.N.": the router's stem and the experts'
+ * prefix, then "<E>." and one of the three projections' names (Qwen3-MoE's and OLMoE's, then
+ * Mixtral's). */
+static const struct {
+    const char *router, *experts, *proj[3]; /* gate, up, down */
+} moe_names[] = {
+    {"mlp.gate", "mlp.experts.", {"gate_proj", "up_proj", "down_proj"}},
+    {"block_sparse_moe.gate", "block_sparse_moe.experts.", {"w1", "w3", "w2"}},
+};
+static const thin_role moe_roles[3] = {THIN_ROLE_GATE, THIN_ROLE_UP, THIN_ROLE_DOWN};
+#define N_MOE_NAMES (sizeof moe_names / sizeof moe_names[0])
+
+/* Parses a decimal number without leading zeros at p, up to INT32_MAX / 2: the number and *end
+ * after it, or -1. */
+static int32_t parse_index(const char *p, const char **end)
+{
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    long v = 0;
+    while (*p >= '0' && *p <= '9') {
+        v = v * 10 + (*p++ - '0');
+        if (v > INT32_MAX / 2)
+            return -1;
+    }
+    *end = p;
+    return (int32_t)v;
+}
+
+/* Role of a layer's mixture-of-experts weight rest[0..rn) (router, or an expert's gate, up or
+ * down, with *expert set), or -1. */
+static int moe_role(const char *rest, size_t rn, int32_t *expert)
+{
+    for (size_t i = 0; i < N_MOE_NAMES; i++) {
+        if (strlen(moe_names[i].router) == rn && memcmp(rest, moe_names[i].router, rn) == 0)
+            return THIN_ROLE_ROUTER;
+        const size_t k = strlen(moe_names[i].experts);
+        const char *p;
+        if (rn <= k || memcmp(rest, moe_names[i].experts, k) != 0)
+            continue;
+        const int32_t e = parse_index(rest + k, &p);
+        if (e < 0 || p >= rest + rn || *p != '.')
+            continue;
+        p++;
+        for (int j = 0; j < 3; j++)
+            if (strlen(moe_names[i].proj[j]) == (size_t)(rest + rn - p) &&
+                memcmp(p, moe_names[i].proj[j], (size_t)(rest + rn - p)) == 0) {
+                *expert = e;
+                return moe_roles[j];
+            }
+    }
+    return -1;
+}
+
+/* Role of "stem" (a name without its last component), or -1; *expert: the expert of an
+ * expert's weight, else -1. */
+static int stem_role(const char *stem, size_t n, int32_t *layer, int32_t *expert)
 {
     const char *rest;
     *layer = -1;
+    *expert = -1;
     for (size_t i = 0; i < N_GLOBAL_NAMES; i++)
         if (strlen(global_names[i].stem) == n && memcmp(stem, global_names[i].stem, n) == 0)
             return global_names[i].role;
@@ -122,19 +172,22 @@ static int stem_role(const char *stem, size_t n, int32_t *layer)
     if (l < 0)
         return -1;
     *layer = l;
-    return suffix_role_of(layer_names, N_LAYER_NAMES, rest, n - (size_t)(rest - stem));
+    const size_t rn = n - (size_t)(rest - stem);
+    const int r = suffix_role_of(layer_names, N_LAYER_NAMES, rest, rn);
+    return r >= 0 ? r : moe_role(rest, rn, expert);
 }
 
-roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
+roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, int32_t *expert)
 {
     size_t n = strlen(name);
     const char *rest;
-    int32_t l = layer_prefix(name, &rest);
+    int32_t l = layer_prefix(name, &rest), e;
     *role = THIN_ROLE_OTHER;
     *layer = l;
+    *expert = -1;
     int r;
     if (ends_with(name, n, ".weight.scale")) {
-        r = stem_role(name, n - strlen(".weight.scale"), &l);
+        r = stem_role(name, n - strlen(".weight.scale"), &l, &e);
         if (r >= 0 && r != THIN_ROLE_SCALE) {
             *role = THIN_ROLE_SCALE;
             return ROLES_KNOWN;
@@ -142,14 +195,15 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
         return ROLES_UNKNOWN;
     }
     if (ends_with(name, n, ".weight")) {
-        r = stem_role(name, n - strlen(".weight"), &l);
+        r = stem_role(name, n - strlen(".weight"), &l, &e);
         if (r >= 0) {
             *role = (thin_role)r;
+            *expert = e;
             return ROLES_KNOWN;
         }
         return ROLES_UNKNOWN;
     }
-    if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l) >= 0) {
+    if (ends_with(name, n, ".bias") && stem_role(name, n - strlen(".bias"), &l, &e) >= 0) {
         if (l < 0)
             return ROLES_BIAS;
         r = suffix_role_of(bias_names, N_BIAS_NAMES, rest, n - strlen(".bias") - (size_t)(rest - name));
@@ -159,6 +213,12 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
         return ROLES_KNOWN;
     }
     return ROLES_UNKNOWN;
+}
+
+roles_kind roles_map(const char *name, thin_role *role, int32_t *layer)
+{
+    int32_t e;
+    return roles_map_expert(name, role, layer, &e);
 }
 
 int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
@@ -174,8 +234,10 @@ int roles_name(thin_role role, int32_t layer, char *buf, size_t cap)
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer)
+roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer,
+                            int32_t *expert)
 {
+    *expert = -1;
     /* a multimodal checkpoint's text model (Gemma 3's, Mistral 3's): its names as the text-only
      * model's, whatever the family */
     static const char *const prefixes[][2] = {{"language_model.model.", "model."},
@@ -186,7 +248,7 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
         if (strncmp(name, prefixes[i][0], k) == 0 && strlen(name + k) < 200) {
             char plain[216];
             snprintf(plain, sizeof plain, "%s%s", prefixes[i][1], name + k);
-            return roles_map_family(family, plain, role, layer);
+            return roles_map_family(family, plain, role, layer, expert);
         }
     }
     const char *rest;
@@ -197,7 +259,7 @@ roles_kind roles_map_family(const char *family, const char *name, thin_role *rol
                         : suffix_role_of(gemma_names, N_GEMMA_NAMES, rest,
                                          n - strlen(".weight") - (size_t)(rest - name));
     if (r < 0)
-        return roles_map(name, role, layer);
+        return roles_map_expert(name, role, layer, expert);
     *role = (thin_role)r;
     *layer = l;
     return ROLES_KNOWN;
@@ -210,4 +272,20 @@ int roles_name_family(const char *family, thin_role role, int32_t layer, char *b
     if (n < 0)
         return roles_name(role, layer, buf, cap);
     return (size_t)n >= cap ? -1 : 0;
+}
+
+int roles_moe_name(const char *family, thin_role role, int32_t layer, int32_t expert, char *buf,
+                   size_t cap)
+{
+    const int m = family && strcmp(family, "mixtral") == 0; /* block_sparse_moe.*, w1/w3/w2 */
+    int n = -1;
+    if (layer < 0)
+        return -1;
+    if (role == THIN_ROLE_ROUTER)
+        n = snprintf(buf, cap, "model.layers.%d.%s.weight", (int)layer, moe_names[m].router);
+    for (int j = 0; expert >= 0 && j < 3; j++)
+        if (role == moe_roles[j])
+            n = snprintf(buf, cap, "model.layers.%d.%s%d.%s.weight", (int)layer,
+                         moe_names[m].experts, (int)expert, moe_names[m].proj[j]);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
 }

@@ -21,6 +21,12 @@ typedef enum roles_kind {
  * "model.layers.N.self_attn.q_proj.bias" (k, v alike) -> q_bias, N. */
 roles_kind roles_map(const char *name, thin_role *role, int32_t *layer);
 
+/* roles_map, also naming a mixture of experts' weights: "model.layers.N.mlp.gate.weight" (or
+ * Mixtral's "block_sparse_moe.gate") -> router, N; "model.layers.N.mlp.experts.E.up_proj.weight"
+ * (Mixtral's "block_sparse_moe.experts.E.w3"; gate_proj / w1, down_proj / w2 alike) -> up, N, with
+ * *expert = E; *expert = -1 for every other name. */
+roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, int32_t *expert);
+
 /* Name of the tensor of `role` in `layer` under Llama naming ("model.layers.3.mlp.up_proj.weight",
  * "model.layers.3.self_attn.q_proj.bias"),
  * written into buf. Returns 0, or -1 for a role without a canonical name or a short buffer. */
@@ -35,9 +41,16 @@ int roles_family_post_norms(const char *family);
  * model's; Gemma's (and OLMo 2's) post_attention_layernorm is
  * attn_post_norm, pre_feedforward_layernorm ffn_norm and post_feedforward_layernorm
  * ffn_post_norm; other names and families as roles_map. */
-roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer);
+roles_kind roles_map_family(const char *family, const char *name, thin_role *role, int32_t *layer,
+                            int32_t *expert);
 
 /* roles_name for a model of `family`: Gemma's norms under Gemma's names. */
 int roles_name_family(const char *family, thin_role role, int32_t layer, char *buf, size_t cap);
+
+/* The name of layer `layer`'s router (role router, expert ignored) or of expert `expert`'s gate,
+ * up or down weight, as `family` names them (Mixtral: block_sparse_moe.*, w1 / w3 / w2; others
+ * mlp.gate, mlp.experts.E.gate_proj ...), into buf: 0, or -1 for another role or a short buffer. */
+int roles_moe_name(const char *family, thin_role role, int32_t layer, int32_t expert, char *buf,
+                   size_t cap);
 
 #endif /* THIN_PACK_ROLES_H */

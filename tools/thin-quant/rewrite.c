@@ -67,6 +67,8 @@ static thin_tensor_desc desc_of(const thin_tensor_info *t)
     d.name = t->name;
     d.role = t->role;
     d.layer = t->layer;
+    d.has_expert = t->expert >= 0;
+    d.expert = t->expert;
     d.dtype = t->dtype;
     d.rank = t->rank;
     memcpy(d.shape, t->shape, sizeof d.shape);

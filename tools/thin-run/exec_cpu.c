@@ -2,6 +2,7 @@
  * exec_cpu.c — the CPU backend (exec_cpu.h, backend.h): the tape interpreted op by op, a prompt's
  * tokens in batches whose linears read each weight once for the whole batch.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,11 @@ struct cpu_session {
                           2R, so that any R consecutive positions lie in consecutive rows */
     float *scratch;    /* (CPU_BATCH × max_ctx) attention scores per thread */
     float *part;       /* a device's partial products of a row split (p->shards > 1), or NULL */
+    /* a mixture of experts' scratch, CPU_BATCH rows each (moe_rows): router scores and the chosen
+     * experts with their weights, an expert's input rows, gate and up products, down products and
+     * the rows' sums */
+    float *moe_r, *moe_w, *moe_x, *moe_g, *moe_u, *moe_d, *moe_acc;
+    uint32_t *moe_sel, *moe_rows;
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
     pool *pool;
 };
@@ -142,6 +148,66 @@ static void attention_rows(cpu_session *s, const plan_op *op, uint32_t nb, uint3
               PARALLEL_MIN_WEIGHTS);
 }
 
+/* The top k of n probabilities into sel (ties: the lower index first). */
+static void top_k(const float *p, uint32_t n, uint32_t k, uint32_t *sel) {
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t e = 0; e < n; e++) {
+            int taken = 0;
+            for (uint32_t i = 0; i < j && !taken; i++) taken = sel[i] == e;
+            if (!taken && (best == UINT32_MAX || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+    }
+}
+
+/* A batch's mixture of experts: the router's scores for every row, each row's top_k experts by
+ * the softmax of its scores (their probabilities as weights, renormalized to sum 1 where
+ * norm_topk), then expert by expert in index order the rows that chose it as one batch through
+ * its gate, up and down, each row's output the sum of its experts' in that order (so a row's
+ * result is that of its token run alone). */
+static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
+    const uint64_t *sz = s->p->buf_sizes;
+    const uint64_t d = sz[op->in], dout = sz[op->out], I = op->moe_inter;
+    const uint32_t E = op->n_experts, K = op->top_k;
+    matmat_job j = {s->moe_r, E, d, &op->w, s->buf[op->in], nb, 0, op->w.cols};
+    run_matmat(s, &j);
+    for (uint32_t i = 0; i < nb; i++) {
+        float *r = s->moe_r + (size_t)i * E, mx = r[0], sum = 0.0f, ksum = 0.0f;
+        for (uint32_t e = 1; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+        for (uint32_t e = 0; e < E; e++) sum += r[e] = expf(r[e] - mx);
+        for (uint32_t e = 0; e < E; e++) r[e] /= sum;
+        uint32_t *sel = s->moe_sel + (size_t)i * K;
+        top_k(r, E, K, sel);
+        for (uint32_t k = 0; k < K; k++) ksum += r[sel[k]];
+        for (uint32_t k = 0; k < K; k++) s->moe_w[(size_t)i * K + k] = op->norm_topk ? r[sel[k]] / ksum : r[sel[k]];
+    }
+    memset(s->moe_acc, 0, (size_t)nb * dout * sizeof(float));
+    for (uint32_t e = 0; e < E; e++) {
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < nb; i++)
+            for (uint32_t k = 0; k < K; k++)
+                if (s->moe_sel[(size_t)i * K + k] == e) {
+                    s->moe_rows[m] = i * K + k;
+                    memcpy(s->moe_x + (size_t)m++ * d, row(s, op->in, i), d * sizeof(float));
+                }
+        if (!m) continue;
+        const thin_wmat *w = op->experts + 3 * (size_t)e;
+        matmat_job g = {s->moe_g, I, d, &w[0], s->moe_x, m, 0, w[0].cols};
+        matmat_job u = {s->moe_u, I, d, &w[1], s->moe_x, m, 0, w[1].cols};
+        run_matmat(s, &g);
+        run_matmat(s, &u);
+        for (uint32_t i = 0; i < m; i++) op_silu_mul(s->moe_g + (size_t)i * I, s->moe_u + (size_t)i * I, I);
+        matmat_job dn = {s->moe_d, dout, I, &w[2], s->moe_g, m, 0, w[2].cols};
+        run_matmat(s, &dn);
+        for (uint32_t i = 0; i < m; i++) {
+            const uint32_t at = s->moe_rows[i];
+            op_add_scaled(s->moe_acc + (size_t)(at / K) * dout, s->moe_d + (size_t)i * dout, s->moe_w[at], dout);
+        }
+    }
+    for (uint32_t i = 0; i < nb; i++) memcpy(row(s, op->out, i), s->moe_acc + (size_t)i * dout, dout * sizeof(float));
+}
+
 typedef struct rows_job {
     cpu_session *s;
     const plan_op *op;
@@ -188,7 +254,8 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
             break;
         case PLAN_BIAS: op_add_bias(row(s, op->out, i), &op->w, sz[op->out]); break;
         case PLAN_LINEAR:
-        case PLAN_ATTENTION: break;
+        case PLAN_ATTENTION:
+        case PLAN_MOE: break;
         }
     }
 }
@@ -210,6 +277,10 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
         }
         if (op->kind == PLAN_ATTENTION) {
             attention_rows(s, op, nb, pos);
+            continue;
+        }
+        if (op->kind == PLAN_MOE) {
+            moe_rows(s, op, nb);
             continue;
         }
         rows_job j = {s, op, tokens, nb, pos, lm0};
@@ -289,6 +360,26 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
     }
     if (!(s->scratch = calloc((size_t)pool_size(s->pool) * CPU_BATCH * s->max_ctx, sizeof(float))))
         return -1;
+    /* the mixtures' most experts, top k, width and inner size (a row takes an expert once, so an
+     * expert's batch has at most CPU_BATCH rows) */
+    uint64_t me = 0, mk = 0, md = 0, mi = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        if (o->kind != PLAN_MOE) continue;
+        me = o->n_experts > me ? o->n_experts : me;
+        mk = o->top_k > mk ? o->top_k : mk;
+        md = p->buf_sizes[o->in] > md ? p->buf_sizes[o->in] : md;
+        mi = o->moe_inter > mi ? o->moe_inter : mi;
+    }
+    if (me) {
+        const size_t B = CPU_BATCH;
+        if (!(s->moe_r = malloc(B * me * sizeof(float))) || !(s->moe_w = malloc(B * mk * sizeof(float))) ||
+            !(s->moe_x = malloc(B * md * sizeof(float))) || !(s->moe_g = malloc(B * mi * sizeof(float))) ||
+            !(s->moe_u = malloc(B * mi * sizeof(float))) || !(s->moe_d = malloc(B * md * sizeof(float))) ||
+            !(s->moe_acc = malloc(B * md * sizeof(float))) || !(s->moe_sel = malloc(B * mk * sizeof(uint32_t))) ||
+            !(s->moe_rows = malloc(B * sizeof(uint32_t))))
+            return -1;
+    }
     if (p->shards > 1) { /* as large as the largest buffer a row split writes */
         uint64_t most = 0;
         for (uint32_t i = 0; i < p->n_ops; i++)
@@ -342,6 +433,15 @@ void cpu_session_free(cpu_session *s) {
     free(s->ring);
     free(s->scratch);
     free(s->part);
+    free(s->moe_r);
+    free(s->moe_w);
+    free(s->moe_x);
+    free(s->moe_g);
+    free(s->moe_u);
+    free(s->moe_d);
+    free(s->moe_acc);
+    free(s->moe_sel);
+    free(s->moe_rows);
     free(s);
 }
 

@@ -21,6 +21,8 @@ typedef struct plan_owned {
     uint32_t n_tensors;
     float **tables;     /* inv_freq tables */
     uint32_t n_tables;
+    thin_wmat **experts;/* the mixtures' expert weights, one array per moe op */
+    uint32_t n_experts;
 } plan_owned;
 
 typedef struct builder {
@@ -194,23 +196,21 @@ static thin_status find_scale(builder *b, const thin_tensor_info *ti, uint64_t r
     return tensor_bytes(b, &si, (const void **)scale);
 }
 
-/* Resolves field "w" of op o to a matrix of `rows` × `cols` (rank 1 when rows == 0) and checks its
- * role against the allowed list (terminated by THIN_ROLE_COUNT_). view: NULL, or rows [view[0],
- * view[1]) of a larger matrix (one part of a fused weight), which then has at least view[1] rows
- * of `cols`. */
-static thin_status op_weight_view(builder *b, const json_t *o, plan_op *op, uint64_t rows,
-                                  uint64_t cols, const thin_role *allowed, const uint64_t *view) {
-    const char *name = json_string_value(json_object_get(o, "w"));
-    if (!name) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: no weight name 'w'", b->op);
+/* The weight `name` bound as op_weight_view says into *w (its role in *role, its name in *wname);
+ * it counts as read per token in full, or a row of it (embed), or top_k / n_experts of it (share:
+ * an expert's weight, read by the tokens that pick that expert). */
+static thin_status bind_weight(builder *b, const char *name, uint64_t rows, uint64_t cols,
+                               const thin_role *allowed, const uint64_t *view, int embed,
+                               const uint32_t *share, thin_wmat *w, thin_role *role, const char **wname) {
     thin_tensor_info ti;
-    thin_status st = find_tensor(b, name, &ti, &op->w_role);
+    thin_status st = find_tensor(b, name, &ti, role);
     if (st != THIN_OK) return st;
-    op->w_name = ti.name;
+    *wname = ti.name;
     int ok = 0;
-    for (const thin_role *r = allowed; *r != THIN_ROLE_COUNT_; r++) ok |= *r == op->w_role;
+    for (const thin_role *r = allowed; *r != THIN_ROLE_COUNT_; r++) ok |= *r == *role;
     if (!ok)
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: tensor '%s' has role %s, unfit for the op",
-                    b->op, name, thin_role_name(op->w_role));
+                    b->op, name, thin_role_name(*role));
     int is_vec = rows == 0;
     if (view && (ti.rank != 2 || ti.shape[0] < view[1] || ti.shape[1] != cols))
         return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' has no rows %llu..%llu of %llu columns",
@@ -220,20 +220,32 @@ static thin_status op_weight_view(builder *b, const json_t *o, plan_op *op, uint
                          : (ti.rank != 2 || ti.shape[0] != rows || ti.shape[1] != cols)))
         return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' should be [%s%llu] for its buffers",
                     b->op, name, is_vec ? "" : "rows, ", (unsigned long long)cols);
-    op->w = (thin_wmat){NULL, ti.dtype, NULL, is_vec ? 1 : rows, cols};
+    *w = (thin_wmat){NULL, ti.dtype, NULL, is_vec ? 1 : rows, cols};
     if (ti.dtype != THIN_DTYPE_F32 && ti.dtype != THIN_DTYPE_F16 && ti.dtype != THIN_DTYPE_BF16 &&
         !(ti.dtype == THIN_DTYPE_F8_E4M3 && !is_vec))
         return fail(b, THIN_E_DTYPE, "tensor '%s': dtype %s is not supported here", name,
                     thin_dtype_name(ti.dtype));
     const uint64_t all_rows = view ? ti.shape[0] : rows;
     if (ti.dtype == THIN_DTYPE_F8_E4M3 &&
-        (st = find_scale(b, &ti, all_rows, &op->w.scale)) != THIN_OK)
+        (st = find_scale(b, &ti, all_rows, &w->scale)) != THIN_OK)
         return st;
-    note_read(b, ti.index, op->kind == PLAN_EMBED ? ti.nbytes / rows : ti.nbytes);
-    if ((st = tensor_bytes(b, &ti, &op->w.data)) != THIN_OK || !view) return st;
-    op->w.data = (const uint8_t *)op->w.data + view[0] * cols * thin_dtype_size(ti.dtype);
-    if (op->w.scale) op->w.scale += view[0];
+    note_read(b, ti.index, embed ? ti.nbytes / rows : share ? ti.nbytes * share[0] / share[1] : ti.nbytes);
+    if ((st = tensor_bytes(b, &ti, &w->data)) != THIN_OK || !view) return st;
+    w->data = (const uint8_t *)w->data + view[0] * cols * thin_dtype_size(ti.dtype);
+    if (w->scale) w->scale += view[0];
     return THIN_OK;
+}
+
+/* Resolves field "w" of op o to a matrix of `rows` × `cols` (rank 1 when rows == 0) and checks its
+ * role against the allowed list (terminated by THIN_ROLE_COUNT_). view: NULL, or rows [view[0],
+ * view[1]) of a larger matrix (one part of a fused weight), which then has at least view[1] rows
+ * of `cols`. */
+static thin_status op_weight_view(builder *b, const json_t *o, plan_op *op, uint64_t rows,
+                                  uint64_t cols, const thin_role *allowed, const uint64_t *view) {
+    const char *name = json_string_value(json_object_get(o, "w"));
+    if (!name) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: no weight name 'w'", b->op);
+    return bind_weight(b, name, rows, cols, allowed, view, op->kind == PLAN_EMBED, NULL, &op->w,
+                       &op->w_role, &op->w_name);
 }
 
 static thin_status op_weight(builder *b, const json_t *o, plan_op *op, uint64_t rows,
@@ -553,6 +565,74 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
     }
 }
 
+static const thin_role roles_router[] = {THIN_ROLE_ROUTER, THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
+static const thin_role roles_expert[3][3] = {{THIN_ROLE_GATE, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
+                                             {THIN_ROLE_UP, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
+                                             {THIN_ROLE_DOWN, THIN_ROLE_OTHER, THIN_ROLE_COUNT_}};
+
+/* A mixture of experts: in and out of one size, the router [experts, in] and for each expert the
+ * names in "gate", "up" ([I, in]) and "down" ([out, I]), I taken from the first gate; top_k of
+ * the experts a token; norm_topk (a boolean, default false). */
+static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
+    thin_status st;
+    static const char *const keys[3] = {"gate", "up", "down"};
+    const json_t *lists[3];
+    if ((st = op_buf(b, o, "in", &op->in)) || (st = op_buf(b, o, "out", &op->out)) ||
+        (st = same_size(b, op)) || (st = op_u32(b, o, "top_k", &op->top_k)))
+        return st;
+    if (op->layer < 0) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe without a layer", b->op);
+    for (int j = 0; j < 3; j++) {
+        lists[j] = json_object_get(o, keys[j]);
+        if (!json_is_array(lists[j]) || json_array_size(lists[j]) == 0 || json_array_size(lists[j]) > 65536 ||
+            json_array_size(lists[j]) != json_array_size(lists[0]))
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe '%s' is not a list of one name per expert",
+                        b->op, keys[j]);
+    }
+    op->n_experts = (uint32_t)json_array_size(lists[0]);
+    if (op->top_k > op->n_experts)
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe top_k %u exceeds its %u experts", b->op,
+                    op->top_k, op->n_experts);
+    const json_t *nt = json_object_get(o, "norm_topk");
+    if (nt && !json_is_boolean(nt) && !json_is_null(nt))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe norm_topk is not a boolean", b->op);
+    op->norm_topk = json_is_true(nt);
+    const uint64_t d = b->p->buf_sizes[op->in];
+    const char *router = json_string_value(json_object_get(o, "router"));
+    if (!router) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe without a router", b->op);
+    if ((st = bind_weight(b, router, op->n_experts, d, roles_router, NULL, 0, NULL, &op->w, &op->w_role,
+                          &op->w_name)))
+        return st;
+    thin_tensor_info ti;
+    thin_role role;
+    const char *g0 = json_string_value(json_array_get(lists[0], 0));
+    if (!g0) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe gate[0] is not a name", b->op);
+    if ((st = find_tensor(b, g0, &ti, &role))) return st;
+    if (ti.rank != 2 || ti.shape[0] == 0 || ti.shape[0] > UINT32_MAX)
+        return fail(b, THIN_E_SHAPE, "tape op %u: expert weight '%s' is not a matrix", b->op, g0);
+    op->moe_inter = (uint32_t)ti.shape[0];
+    thin_wmat *ex = calloc((size_t)op->n_experts * 3, sizeof *ex);
+    thin_wmat **all = realloc(b->own->experts, (b->own->n_experts + 1) * sizeof *all);
+    if (!ex || !all) {
+        free(ex);
+        if (all) b->own->experts = all;
+        return fail(b, THIN_E_NOMEM, "out of memory");
+    }
+    b->own->experts = all;
+    all[b->own->n_experts++] = ex;
+    op->experts = ex;
+    const uint32_t share[2] = {op->top_k, op->n_experts};
+    for (uint32_t e = 0; e < op->n_experts; e++)
+        for (int j = 0; j < 3; j++) {
+            const char *name = json_string_value(json_array_get(lists[j], e)), *wn;
+            if (!name)
+                return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe %s[%u] is not a name", b->op, keys[j], e);
+            if ((st = bind_weight(b, name, j == 2 ? d : op->moe_inter, j == 2 ? op->moe_inter : d, roles_expert[j],
+                                  NULL, 0, share, &ex[3 * e + j], &role, &wn)))
+                return st;
+        }
+    return THIN_OK;
+}
+
 static const struct {
     const char *name;
     plan_op_kind kind;
@@ -560,7 +640,7 @@ static const struct {
                 {"head_rmsnorm", PLAN_HEAD_RMSNORM}, {"rope", PLAN_ROPE},
                 {"attention", PLAN_ATTENTION}, {"add", PLAN_ADD},     {"silu_mul", PLAN_SILU_MUL},
                 {"bias", PLAN_BIAS},           {"gelu_tanh_mul", PLAN_GELU_TANH_MUL},
-                {"softcap", PLAN_SOFTCAP},     {"scale", PLAN_SCALE}};
+                {"softcap", PLAN_SOFTCAP},     {"scale", PLAN_SCALE},     {"moe", PLAN_MOE}};
 
 static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     const char *name = json_string_value(json_object_get(o, "op"));
@@ -580,6 +660,7 @@ static thin_status compile_op(builder *b, const json_t *o, plan_op *op) {
     switch (op->kind) {
     case PLAN_ROPE: return compile_rope(b, o, op);
     case PLAN_ATTENTION: return compile_attention(b, o, op);
+    case PLAN_MOE: return compile_moe(b, o, op);
     case PLAN_SOFTCAP:
         if ((st = op_buf(b, o, "in", &op->in)) || (st = op_positive(b, o, "cap", &op->softcap))) return st;
         if (!(op->softcap > 0))
@@ -743,6 +824,8 @@ void plan_free(plan *p) {
     if (own) {
         for (uint32_t i = 0; own->data && i < own->n_tensors; i++) free(own->data[i]);
         for (uint32_t i = 0; i < own->n_tables; i++) free(own->tables[i]);
+        for (uint32_t i = 0; i < own->n_experts; i++) free(own->experts[i]);
+        free(own->experts);
         free(own->data);
         free(own->reads);
         free(own->tables);
@@ -850,6 +933,10 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */
         case PLAN_SOFTCAP:
         case PLAN_SCALE: break; /* elementwise, in place */
+        case PLAN_MOE: /* whole on every device, not split yet */
+            if (div[o->in]) why = "its input is divided over the devices (a mixture needs it whole)";
+            else div[o->out] = 0;
+            break;
         }
     }
     free(div);

@@ -31,6 +31,7 @@ typedef enum plan_op_kind {
     PLAN_GELU_TANH_MUL = 10, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma's MLP) */
     PLAN_SOFTCAP = 11,     /* buf[in] = cap * tanh(buf[in] / cap) in place (Gemma 2's logits) */
     PLAN_SCALE = 12,       /* buf[in] *= factor in place (Granite's logits / logits_scaling) */
+    PLAN_MOE = 13,         /* buf[out] = the mixture of experts of buf[in] (w: the router; experts) */
 } plan_op_kind;
 
 typedef enum plan_split {
@@ -66,6 +67,13 @@ typedef struct plan_op {
                              is the one for the session's context (plan_set_ctx) */
     uint32_t longrope_ctx;/* LongRoPE: contexts above this many positions take the long table */
     uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads = heads in the buffer), ATTENTION */
+    /* MOE: w is the router ([n_experts, in]); experts[3 e + 0, 1, 2] expert e's gate and up
+     * ([moe_inter, in]) and down ([out, moe_inter]); each token takes the top_k experts by the
+     * softmax of the router's scores, weighted by their probabilities (renormalized to sum 1
+     * where norm_topk) */
+    const thin_wmat *experts;
+    uint32_t n_experts, top_k, moe_inter;
+    int norm_topk;
 } plan_op;
 
 /* A ROPE op's factor on cos and sin and its rotated dims of a head, with their zero defaults
