@@ -195,6 +195,49 @@ static void test_memory_and_fd(void **state)
     free(img);
 }
 
+/* A mixture's expert index: written where given, read back (-1 elsewhere, and on blobs); the
+ * writer refuses one below 0 or on a tensor of no layer. */
+static void test_expert_index(void **state)
+{
+    fx *f = *state;
+    thin_writer *w = thin_writer_new();
+    thin_writer_options o = {.chunk_size = 4096};
+    assert_int_equal(thin_writer_open(w, f->path, &o), THIN_OK);
+    float v[8] = {0};
+    thin_tensor_desc r = tu_desc("model.layers.2.mlp.gate.weight", THIN_ROLE_ROUTER, 2, THIN_DTYPE_F32, 2, 2, 4);
+    thin_tensor_desc e = tu_desc("model.layers.2.mlp.experts.5.up_proj.weight", THIN_ROLE_UP, 2, THIN_DTYPE_F32,
+                                 2, 2, 4);
+    e.has_expert = 1, e.expert = 5;
+    assert_int_equal(thin_writer_add_tensor(w, &r, v), THIN_OK);
+    assert_int_equal(thin_writer_add_tensor(w, &e, v), THIN_OK);
+    thin_tensor_desc bad = e;
+    bad.name = "x", bad.expert = -1;
+    assert_int_equal(thin_writer_begin_tensor(w, &bad), THIN_E_INVALID_ARG);
+    thin_writer_free(w); /* a failed writer is abandoned: start again */
+    w = thin_writer_new();
+    assert_int_equal(thin_writer_open(w, f->path, &o), THIN_OK);
+    bad.expert = 0, bad.layer = -1;
+    assert_int_equal(thin_writer_begin_tensor(w, &bad), THIN_E_INVALID_ARG);
+    thin_writer_free(w);
+    w = thin_writer_new();
+    assert_int_equal(thin_writer_open(w, f->path, &o), THIN_OK);
+    assert_int_equal(thin_writer_add_tensor(w, &r, v), THIN_OK);
+    assert_int_equal(thin_writer_add_tensor(w, &e, v), THIN_OK);
+    assert_int_equal(thin_writer_finish(w, NULL), THIN_OK);
+    thin_writer_free(w);
+    thin_file *rd = thin_file_new();
+    assert_int_equal(thin_file_open(rd, f->path, THIN_OPEN_VERIFY), THIN_OK);
+    thin_tensor_info t;
+    assert_int_equal(thin_file_tensor(rd, 0, &t), THIN_OK);
+    assert_int_equal(t.role, THIN_ROLE_ROUTER);
+    assert_int_equal(t.expert, -1);
+    assert_int_equal(thin_file_tensor(rd, 1, &t), THIN_OK);
+    assert_int_equal(t.role, THIN_ROLE_UP);
+    assert_int_equal(t.layer, 2);
+    assert_int_equal(t.expert, 5);
+    thin_file_free(rd);
+}
+
 static void test_status_and_roles(void **state)
 {
     (void)state;
@@ -259,6 +302,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_dtypes, setup, tu_fx_teardown),
         cmocka_unit_test_setup_teardown(test_memory_and_fd, setup, tu_fx_teardown),
         cmocka_unit_test(test_status_and_roles),
+        cmocka_unit_test_setup_teardown(test_expert_index, setup, tu_fx_teardown),
         cmocka_unit_test_setup_teardown(test_verify_progress, setup, tu_fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

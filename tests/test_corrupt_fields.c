@@ -283,6 +283,17 @@ static void test_manifest_schema(void **state)
     m = manifest_of(f);
     json_object_set_new(tensor(m, 0), "role", json_string("wizard"));
     assert_int_equal(with_manifest(f, m, 0), THIN_E_BAD_MANIFEST);
+    /* an expert index: an integer >= 0, on a tensor of a layer */
+    m = manifest_of(f);
+    json_object_set_new(tensor(m, 1), "expert", json_integer(-1));
+    assert_int_equal(with_manifest(f, m, 0), THIN_E_BAD_MANIFEST);
+    m = manifest_of(f);
+    json_object_set_new(tensor(m, 1), "expert", json_string("3"));
+    assert_int_equal(with_manifest(f, m, 0), THIN_E_BAD_MANIFEST);
+    m = manifest_of(f);
+    json_object_set_new(tensor(m, 0), "layer", json_integer(-1));
+    json_object_set_new(tensor(m, 0), "expert", json_integer(0));
+    assert_int_equal(with_manifest(f, m, 0), THIN_E_BAD_MANIFEST);
     m = manifest_of(f);
     char longname[600];
     memset(longname, 'a', sizeof longname - 1);

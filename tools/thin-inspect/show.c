@@ -120,6 +120,16 @@ static void print_model(FILE *out, const json_t *m)
                 (unsigned long long)u64(hp, "max_position_embeddings"),
                 json_number_value(json_object_get(hp, "rope_theta")),
                 json_is_true(json_object_get(hp, "tie_word_embeddings")) ? ", tied embeddings" : "");
+    if (hp && json_is_integer(json_object_get(hp, "n_experts"))) {
+        size_t l, n_sparse = 0;
+        const json_t *f;
+        json_array_foreach(json_object_get(hp, "moe_layers"), l, f) n_sparse += json_integer_value(f) != 0;
+        fprintf(out, "  mixture of %llu experts, %llu a token%s, expert ffn %llu, in %zu of %llu layers\n",
+                (unsigned long long)u64(hp, "n_experts"), (unsigned long long)u64(hp, "n_experts_per_tok"),
+                json_is_true(json_object_get(hp, "norm_topk_prob")) ? " (weights renormalized)" : "",
+                (unsigned long long)u64(hp, "moe_intermediate_size"), n_sparse,
+                (unsigned long long)u64(hp, "n_layers"));
+    }
     const json_t *prov = json_object_get(model, "provenance");
     if (prov)
         fprintf(out, "  source %s, source sha256 %s\n", str(prov, "source", "?"),
@@ -175,11 +185,15 @@ void show_text(FILE *out, const show_file *sf, const show_filter *f)
             continue;
         shape_text(t, shape, sizeof shape);
         const char *tied = str(t, "tied_to", NULL);
-        fprintf(out, "%-52s %-14s %5lld %-8s %-16s %12llu %12llu %6zu%s%s\n", str(t, "name", "?"),
+        const json_t *ex = json_object_get(t, "expert");
+        fprintf(out, "%-52s %-14s %5lld %-8s %-16s %12llu %12llu %6zu%s%s", str(t, "name", "?"),
                 str(t, "role", "other"), layer_of(t), str(t, "dtype", "?"), shape,
                 (unsigned long long)(tied ? 0 : u64(t, "nbytes")),
                 (unsigned long long)stored_of(t), json_array_size(json_object_get(t, "chunks")),
                 tied ? "  tied to " : "", tied ? tied : "");
+        if (json_is_integer(ex))
+            fprintf(out, "  expert %lld", (long long)json_integer_value(ex));
+        fputc('\n', out);
     }
     print_summary(out, m, f, "role");
     print_summary(out, m, f, "dtype");
@@ -210,6 +224,13 @@ int show_tape(FILE *out, const json_t *m)
         json_object_foreach((json_t *)op, k, v) {
             if (!strcmp(k, "op") || !strcmp(k, "layer"))
                 continue;
+            const size_t n = json_array_size(v);
+            if (n > 2 && json_is_string(json_array_get(v, 0))) { /* a moe op's names, one per expert */
+                const char *last = json_string_value(json_array_get(v, n - 1));
+                fprintf(out, " %s=[%zu: %s .. %s]", k, n, json_string_value(json_array_get(v, 0)),
+                        last ? last : "?");
+                continue;
+            }
             char *vs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
             fprintf(out, " %s=%s", k, json_is_string(v) ? json_string_value(v) : (vs ? vs : "?"));
             free(vs);
@@ -242,6 +263,8 @@ json_t *show_json(const show_file *sf, const show_filter *f, int with_tape)
             json_object_set(e, "tied_to", json_object_get(t, "tied_to"));
         if (e && json_object_get(t, "scale"))
             json_object_set(e, "scale", json_object_get(t, "scale"));
+        if (e && json_object_get(t, "expert"))
+            json_object_set(e, "expert", json_object_get(t, "expert"));
         json_array_append_new(tensors, e);
     }
     json_array_foreach(json_object_get(m, "blobs"), i, t)

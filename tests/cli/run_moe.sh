@@ -1,0 +1,80 @@
+#!/bin/sh
+# Mixtures of experts, each against its fixture's own float64 forward pass
+# (fixtures/qwen2-tiny/make.py --qwen3-moe / --mixtral / --olmoe): the router and the experts
+# tagged (role router, an expert index on each expert's weights), one moe op a sparse layer, the
+# teacher-forced logits within 1e-4 with an F32 KV cache, whole and split over 2 devices (the
+# mixture itself runs whole on each); a prompt's rows routed expert by expert give the bits of the
+# same tokens run in shorter batches; the quality profile puts the experts' gate and up in FP8.
+set -e
+# moe FIXTURE MOE_OPS TAPE_LINE SHARDS...
+moe() {
+    name=$1 Q="$FIX/$1" count=$2 line=$3
+    shift 3
+    "$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
+    "$BIN/thin-inspect" --tape "$T/m.thin" > "$T/tape.txt"
+    test "$(grep -c ' moe ' "$T/tape.txt")" -eq "$count"
+    grep -q "$line" "$T/tape.txt"
+    "$BIN/thin-inspect" --json "$T/m.thin" > "$T/m.json"
+    grep -q '"role": "router"' "$T/m.json"
+    grep -q '"expert": 3' "$T/m.json"
+    "$BIN/thin-run" "$T/m.thin" --device cpu --kv-dtype f32 --score "$Q/ids.txt" --out "$T/f32.f32"
+    echo "$name:"
+    "$BIN/thin-compare" "$Q/logits.f32" "$T/f32.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+    for n in "$@"; do
+        "$BIN/thin-run" "$T/m.thin" --device cpu --kv-dtype f32 --shards $n --score "$Q/ids.txt" \
+            --out "$T/s$n.f32"
+        "$BIN/thin-compare" "$Q/logits.f32" "$T/s$n.f32" --vocab 96 --max-abs 1e-4 --min-top1 1 > /dev/null
+    done
+    # row p of the 12-row prompt = the last row of a prompt of its first p + 1 ids, bit for bit
+    : > "$T/rows.f32"
+    for p in 1 2 3 4 5 6 7 8 9 10 11 12; do
+        head -n $p "$Q/ids.txt" | "$BIN/thin-run" "$T/m.thin" --device cpu --kv-dtype f32 --score - |
+            tail -c 384 >> "$T/rows.f32"
+    done
+    cmp "$T/f32.f32" "$T/rows.f32"
+}
+moe qwen3-moe-tiny 1 'moe  *L0 .*router=model.layers.0.mlp.gate.weight top_k=2 norm_topk=true gate=\[4: model.layers.0.mlp.experts.0.gate_proj.weight' 2
+# Qwen3-MoE's mlp_only_layers: layer 1 keeps its dense MLP
+grep -q 'linear  *L1 .*mlp.gate_proj.weight in=h out=g' "$T/tape.txt"
+"$BIN/thin-inspect" "$T/m.thin" | grep -q '^  mixture of 4 experts, 2 a token (weights renormalized), expert ffn 32, in 1 of 2 layers$'
+"$BIN/thin-inspect" "$T/m.thin" | grep -q '^model.layers.0.mlp.experts.3.up_proj.weight  *up  *0 .* expert 3$'
+# the quality profile: the experts' gate and up in FP8 with their row scales, the router in BF16
+"$BIN/thin-quant" -q --profile quality "$T/m.thin" -o "$T/mq.thin"
+"$BIN/thin-inspect" "$T/mq.thin" > "$T/mq.txt"
+grep -q '^model.layers.0.mlp.experts.2.gate_proj.weight  *gate  *0 F8_E4M3 .* expert 2$' "$T/mq.txt"
+grep -q '^model.layers.0.mlp.experts.2.gate_proj.weight.scale  *scale ' "$T/mq.txt"
+grep -q '^model.layers.0.mlp.gate.weight  *router  *0 BF16 ' "$T/mq.txt"
+"$BIN/thin-run" "$T/mq.thin" --device cpu --score "$FIX/qwen3-moe-tiny/ids.txt" --out "$T/q.f32"
+echo "qwen3-moe-tiny, quality profile:"
+"$BIN/thin-compare" "$FIX/qwen3-moe-tiny/logits.f32" "$T/q.f32" --vocab 96 --summary --min-cosine 0.9999
+moe mixtral-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.gate.weight top_k=2 norm_topk=true gate=.* up=\[4: model.layers.1.block_sparse_moe.experts.0.w3.weight' 2
+# OLMoE: q and k normalized whole (no split over devices), its top-k weights as they are
+moe olmoe-tiny 2 'moe  *L0 .*top_k=2 norm_topk=false'
+grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/tape.txt"
+# an expert's weight missing: packed without a tape, saying which
+mkdir "$T/broken"
+python3 - "$FIX/mixtral-tiny" "$T/broken" <<'EOF'
+import json, shutil, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copy(src + "/config.json", dst)
+with open(src + "/model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+    data = f.read()
+del h["model.layers.1.block_sparse_moe.experts.2.w2.weight"]
+out, blobs = {}, []
+for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0] if kv[0] != "__metadata__" else -1):
+    if k == "__metadata__":
+        continue
+    b0, b1 = v["data_offsets"]
+    off = sum(len(x) for x in blobs)
+    blobs.append(data[b0:b1])
+    out[k] = dict(v, data_offsets=[off, off + b1 - b0])
+b = json.dumps(out).encode()
+b += b" " * (-len(b) % 8)
+with open(dst + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(b)) + b + b"".join(blobs))
+EOF
+"$BIN/thin-pack" "$T/broken" -o "$T/broken.thin" 2> "$T/err.txt"
+grep -q 'no execution tape: tensor model.layers.1.block_sparse_moe.experts.2.w2.weight is missing' "$T/err.txt"
+echo ok
