@@ -2,9 +2,10 @@
 # Mixtures of experts, each against its fixture's own float64 forward pass
 # (fixtures/qwen2-tiny/make.py --qwen3-moe / --mixtral / --olmoe): the router and the experts
 # tagged (role router, an expert index on each expert's weights), one moe op a sparse layer, the
-# teacher-forced logits within 1e-4 with an F32 KV cache, whole and split over 2 devices (the
-# mixture itself runs whole on each); a prompt's rows routed expert by expert give the bits of the
-# same tokens run in shorter batches; the quality profile puts the experts' gate and up in FP8.
+# teacher-forced logits within 1e-4 with an F32 KV cache, whole and split over 2 and 4 devices
+# (each holding a slice of every expert's inner dims); a prompt's rows routed expert by expert give
+# the bits of the same tokens run in shorter batches; the quality profile puts the experts' gate
+# and up in FP8.
 set -e
 # moe FIXTURE MOE_OPS TAPE_LINE SHARDS...
 moe() {
@@ -33,7 +34,7 @@ moe() {
     done
     cmp "$T/f32.f32" "$T/rows.f32"
 }
-moe qwen3-moe-tiny 1 'moe  *L0 .*router=model.layers.0.mlp.gate.weight top_k=2 norm_topk=true gate=\[4: model.layers.0.mlp.experts.0.gate_proj.weight' 2
+moe qwen3-moe-tiny 1 'moe  *L0 .*router=model.layers.0.mlp.gate.weight top_k=2 norm_topk=true gate=\[4: model.layers.0.mlp.experts.0.gate_proj.weight' 2 4
 # Qwen3-MoE's mlp_only_layers: layer 1 keeps its dense MLP
 grep -q 'linear  *L1 .*mlp.gate_proj.weight in=h out=g' "$T/tape.txt"
 "$BIN/thin-inspect" "$T/m.thin" | grep -q '^  mixture of 4 experts, 2 a token (weights renormalized), expert ffn 32, in 1 of 2 layers$'

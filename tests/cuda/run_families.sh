@@ -85,4 +85,13 @@ family gemma3-tiny 0 logits.f32
 # no q norm to carry it) applied by the attention kernels, windows of 4
 family gemma2-tiny 0 logits.f32
 unset THIN_CUDA_GEMMA THIN_CUDA_WINDOW
+# a mixture of experts (no CUDA kernels yet) and Granite's scaled residual adds: refused naming the
+# op, and thin-run without --device runs them on the CPU
+for m in qwen3-moe-tiny:'mixture of experts' granite-tiny:'scaled residual add'; do
+    "$BIN/thin-pack" -q "$FIX/${m%%:*}" -o "$T/m.thin"
+    if "$BIN/thin-run" "$T/m.thin" --device cuda --ids 1 -n 1 2> "$T/err.txt"; then echo "${m%%:*} ran on the GPU" >&2; exit 1; fi
+    grep -q "the CUDA backend does not run this model's ${m#*:} yet" "$T/err.txt"
+    "$BIN/thin-run" "$T/m.thin" --ids 1 -n 1 --json 2> "$T/err.txt" | grep -q '"device": "cpu"'
+    grep -q 'running on the CPU' "$T/err.txt"
+done
 echo ok

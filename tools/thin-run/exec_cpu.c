@@ -165,7 +165,9 @@ static void top_k(const float *p, uint32_t n, uint32_t k, uint32_t *sel) {
  * the softmax of its scores (their probabilities as weights, renormalized to sum 1 where
  * norm_topk), then expert by expert in index order the rows that chose it as one batch through
  * its gate, up and down, each row's output the sum of its experts' in that order (so a row's
- * result is that of its token run alone). */
+ * result is that of its token run alone). Split over devices (p->shards), each holds a slice of
+ * every expert's inner dims (gate and up rows, down columns) and the down products are the sum of
+ * the devices' partial ones, as for the dense MLP. */
 static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
     const uint64_t *sz = s->p->buf_sizes;
     const uint64_t d = sz[op->in], dout = sz[op->out], I = op->moe_inter;
@@ -199,7 +201,17 @@ static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
         run_matmat(s, &u);
         for (uint32_t i = 0; i < m; i++) op_silu_mul(s->moe_g + (size_t)i * I, s->moe_u + (size_t)i * I, I);
         matmat_job dn = {s->moe_d, dout, I, &w[2], s->moe_g, m, 0, w[2].cols};
-        run_matmat(s, &dn);
+        const uint32_t n = s->p->shards;
+        if (n <= 1) {
+            run_matmat(s, &dn);
+        } else { /* each device's share of the experts' inner dims, its partial sums added in device order */
+            dn.y = s->part;
+            for (uint32_t dv = 0; dv < n; dv++) {
+                dn.c0 = I * dv / n, dn.c1 = I * (dv + 1) / n;
+                run_matmat(s, &dn);
+                for (size_t k = 0; k < (size_t)m * dout; k++) s->moe_d[k] = dv ? s->moe_d[k] + s->part[k] : s->part[k];
+            }
+        }
         for (uint32_t i = 0; i < m; i++) {
             const uint32_t at = s->moe_rows[i];
             op_add_scaled(s->moe_acc + (size_t)(at / K) * dout, s->moe_d + (size_t)i * dout, s->moe_w[at], dout);
@@ -380,8 +392,8 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
             !(s->moe_rows = malloc(B * sizeof(uint32_t))))
             return -1;
     }
-    if (p->shards > 1) { /* as large as the largest buffer a row split writes */
-        uint64_t most = 0;
+    if (p->shards > 1) { /* as large as the largest buffer a row split or a mixture's down writes */
+        uint64_t most = md;
         for (uint32_t i = 0; i < p->n_ops; i++)
             if (p->ops[i].kind == PLAN_LINEAR && p->ops[i].split == PLAN_SPLIT_ROW &&
                 p->buf_sizes[p->ops[i].out] > most)

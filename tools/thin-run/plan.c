@@ -933,9 +933,15 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_BIAS: break; /* elementwise: a divided buffer takes its slice of the bias */
         case PLAN_SOFTCAP:
         case PLAN_SCALE: break; /* elementwise, in place */
-        case PLAN_MOE: /* whole on every device, not split yet */
+        case PLAN_MOE: /* every expert's inner dims divide over the devices; an all-reduce of out */
             if (div[o->in]) why = "its input is divided over the devices (a mixture needs it whole)";
-            else div[o->out] = 0;
+            else if (o->moe_inter % n) {
+                snprintf(num, sizeof num, "its experts' inner size (%u) does not divide over the devices",
+                         o->moe_inter);
+                why = num;
+            } else {
+                div[o->out] = 0;
+            }
             break;
         }
     }
