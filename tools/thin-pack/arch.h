@@ -2,7 +2,9 @@
  * arch.h — from a Hugging Face config.json to the manifest's model hyperparameters (SPEC.md §8)
  * and the execution tape (SPEC.md §10) of the Llama family: LlamaForCausalLM,
  * MistralForCausalLM, SmolLM3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
- * and of Gemma 3: Gemma3ForCausalLM and Gemma3ForConditionalGeneration's text model.
+ * Granite, OLMo 2, Gemma 2 and 3 (Gemma3ForConditionalGeneration's text model too), Mistral 3's
+ * text model, and the mixtures of experts MixtralForCausalLM, Qwen3MoeForCausalLM and
+ * OlmoeForCausalLM.
  *
  * Pure JSON work: the tensors are seen only through a lookup callback, so the tape can be checked
  * against the tensors that will be in the file (names and shapes).
@@ -23,7 +25,7 @@ typedef void (*arch_warn_fn)(void *user, const char *msg);
 
 typedef struct arch_model {
     const char *architecture; /* config architectures[0] (owned by the config), or "unknown" */
-    const char *family;       /* llama | smollm3 | qwen2 | qwen3 | mistral | phi3 | gemma3 | unknown */
+    const char *family;       /* arch_family's name: llama | smollm3 | qwen2 | ... | unknown */
     json_t *hparams;          /* SPEC §8 hparams object, or NULL when the config lacks them */
     json_t *tape;             /* SPEC §10 tape object, or NULL (unsupported; a warning said why) */
     int tie_lm_head;          /* 1: the file must record the LM head tied to the embedding */
