@@ -147,6 +147,10 @@ static void test_experts(void **state)
     check_expert("model.layers.1.mlp.experts.2.w1.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, 1, -1);
     check_expert("model.layers.1.mlp.experts.2.up_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
     check_expert("model.layers.1.mlp.gate.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
+    /* stacked, as transformers 5 saves them */
+    check_expert("model.layers.4.mlp.experts.gate_up_proj", ROLES_KNOWN, THIN_ROLE_GATE_UP, 4, -1);
+    check_expert("model.layers.4.mlp.experts.down_proj", ROLES_KNOWN, THIN_ROLE_DOWN, 4, -1);
+    check_expert("model.layers.4.mlp.experts.up_proj", ROLES_UNKNOWN, THIN_ROLE_OTHER, 4, -1);
     thin_role r;
     int32_t l, e;
     assert_int_equal(roles_map_family("mixtral", "language_model.model.layers.2.block_sparse_moe.experts.3.w2.weight",

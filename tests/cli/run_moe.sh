@@ -5,7 +5,7 @@
 # teacher-forced logits within 1e-4 with an F32 KV cache, whole and split over 2 and 4 devices
 # (each holding a slice of every expert's inner dims); a prompt's rows routed expert by expert give
 # the bits of the same tokens run in shorter batches; the quality profile puts the experts' gate
-# and up in FP8.
+# and up in FP8; experts stacked as transformers 5 saves them run as one tensor an expert does.
 set -e
 # moe FIXTURE MOE_OPS TAPE_LINE SHARDS...
 moe() {
@@ -34,7 +34,7 @@ moe() {
     done
     cmp "$T/f32.f32" "$T/rows.f32"
 }
-moe qwen3-moe-tiny 1 'moe  *L0 .*router=model.layers.0.mlp.gate.weight top_k=2 norm_topk=true gate=\[4: model.layers.0.mlp.experts.0.gate_proj.weight' 2 4
+moe qwen3-moe-tiny 1 'moe  *L0 .*router=model.layers.0.mlp.gate.weight top_k=2 norm_topk=true gate=\[4: "model.layers.0.mlp.experts.0.gate_proj.weight"' 2 4
 # Qwen3-MoE's mlp_only_layers: layer 1 keeps its dense MLP
 grep -q 'linear  *L1 .*mlp.gate_proj.weight in=h out=g' "$T/tape.txt"
 "$BIN/thin-inspect" "$T/m.thin" | grep -q '^  mixture of 4 experts, 2 a token (weights renormalized), expert ffn 32, in 1 of 2 layers$'
@@ -48,10 +48,29 @@ grep -q '^model.layers.0.mlp.gate.weight  *router  *0 BF16 ' "$T/mq.txt"
 "$BIN/thin-run" "$T/mq.thin" --device cpu --score "$FIX/qwen3-moe-tiny/ids.txt" --out "$T/q.f32"
 echo "qwen3-moe-tiny, quality profile:"
 "$BIN/thin-compare" "$FIX/qwen3-moe-tiny/logits.f32" "$T/q.f32" --vocab 96 --summary --min-cosine 0.9999
-moe mixtral-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.gate.weight top_k=2 norm_topk=true gate=.* up=\[4: model.layers.1.block_sparse_moe.experts.0.w3.weight' 2
+moe mixtral-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.gate.weight top_k=2 norm_topk=true gate=.* up=\[4: "model.layers.1.block_sparse_moe.experts.0.w3.weight"' 2
 # OLMoE: q and k normalized whole (no split over devices), its top-k weights as they are
 moe olmoe-tiny 2 'moe  *L0 .*top_k=2 norm_topk=false'
 grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/tape.txt"
+# experts stacked as transformers 5 saves them (mlp.experts.gate_up_proj [4, 64, 64], down_proj
+# [4, 64, 32], the router mlp.gate): rows of the stacked tensors in the tape, the same bits as one
+# tensor an expert, also in FP8 (one scale a row of the stack)
+for m in qwen3-moe mixtral; do
+    python3 -B "$FIX/qwen2-tiny/make.py" "$T/st-$m" --$m --stacked > /dev/null
+    cmp "$T/st-$m/logits.f32" "$FIX/$m-tiny/logits.f32"
+    "$BIN/thin-pack" -q "$T/st-$m" -o "$T/st.thin"
+    "$BIN/thin-pack" -q "$FIX/$m-tiny" -o "$T/pe.thin"
+    "$BIN/thin-inspect" --tape "$T/st.thin" |
+        grep -q 'moe  *L0 .*router=model.layers.0.mlp.gate.weight .*gate=\[4: \["model.layers.0.mlp.experts.gate_up_proj",0,32\] .. \["model.layers.0.mlp.experts.gate_up_proj",192,224\]\] up=\[4: \["model.layers.0.mlp.experts.gate_up_proj",32,64\] .* down=\[4: \["model.layers.0.mlp.experts.down_proj",0,64\] .. \["model.layers.0.mlp.experts.down_proj",192,256\]\]'
+    for f in st pe; do
+        "$BIN/thin-run" "$T/$f.thin" --device cpu --kv-dtype f32 --score "$FIX/$m-tiny/ids.txt" --out "$T/$f.f32"
+        "$BIN/thin-quant" -q --profile quality "$T/$f.thin" -o "$T/${f}q.thin"
+        "$BIN/thin-run" "$T/${f}q.thin" --device cpu --score "$FIX/$m-tiny/ids.txt" --out "$T/${f}q.f32"
+    done
+    cmp "$T/st.f32" "$T/pe.f32"
+    cmp "$T/stq.f32" "$T/peq.f32"
+    "$BIN/thin-inspect" "$T/stq.thin" | grep -q '^model.layers.0.mlp.experts.gate_up_proj.scale  *scale  *0 F32  *\[256\]'
+done
 # an expert's weight missing: packed without a tape, saying which
 mkdir "$T/broken"
 python3 - "$FIX/mixtral-tiny" "$T/broken" <<'EOF'

@@ -225,10 +225,13 @@ int show_tape(FILE *out, const json_t *m)
             if (!strcmp(k, "op") || !strcmp(k, "layer"))
                 continue;
             const size_t n = json_array_size(v);
-            if (n > 2 && json_is_string(json_array_get(v, 0))) { /* a moe op's names, one per expert */
-                const char *last = json_string_value(json_array_get(v, n - 1));
-                fprintf(out, " %s=[%zu: %s .. %s]", k, n, json_string_value(json_array_get(v, 0)),
-                        last ? last : "?");
+            if (n > 2 && (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))) {
+                /* a moe op's weights, one per expert: the first and the last */
+                char *first = json_dumps(json_array_get(v, 0), JSON_COMPACT | JSON_ENCODE_ANY);
+                char *last = json_dumps(json_array_get(v, n - 1), JSON_COMPACT | JSON_ENCODE_ANY);
+                fprintf(out, " %s=[%zu: %s .. %s]", k, n, first ? first : "?", last ? last : "?");
+                free(first);
+                free(last);
                 continue;
             }
             char *vs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);

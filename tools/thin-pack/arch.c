@@ -41,7 +41,9 @@ typedef struct hp {
     /* a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) */
     int64_t n_experts, top_k, moe_inter; /* 0 experts: no mixture */
     int norm_topk;        /* the top-k weights renormalized to sum to 1 */
-    unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture */
+    unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture, 2 = with its experts
+                             stacked (transformers 5: mlp.experts.gate_up_proj [E, 2 I, hidden],
+                             mlp.experts.down_proj [E, hidden, I], the router mlp.gate) */
 } hp;
 
 typedef struct ctx {
@@ -585,17 +587,41 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     return 0;
 }
 
-/* A sparse layer's router [experts, hidden] and every expert's gate and up [moe_inter, hidden] and
- * down [hidden, moe_inter]. */
-static int check_experts(const ctx *c, const hp *h, int32_t l)
+/* Checks that tensor `name` exists as [a, b, d3]. */
+static int expect_3d(const ctx *c, const char *name, uint64_t a, uint64_t b, uint64_t d3)
 {
-    char name[192];
-    if (has_name(c, "mlp.experts.gate_up_proj", l) || has_name(c, "mlp.experts.down_proj", l)) {
-        warnf(c, "no execution tape: layer %d stores its experts as stacked tensors "
-              "(mlp.experts.gate_up_proj); the tape names one tensor per expert", (int)l);
+    uint32_t rank = 0;
+    uint64_t shape[THIN_MAX_RANK];
+    if (!c->lookup(c->user, name, &rank, shape)) {
+        warnf(c, "no execution tape: tensor %s is missing", name);
         return -1;
     }
-    const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter;
+    if (rank != 3 || shape[0] != a || shape[1] != b || shape[2] != d3) {
+        warnf(c, "no execution tape: tensor %s is not [%llu, %llu, %llu] as config.json implies", name,
+              (unsigned long long)a, (unsigned long long)b, (unsigned long long)d3);
+        return -1;
+    }
+    return 0;
+}
+
+/* A sparse layer's router [experts, hidden] and every expert's gate and up [moe_inter, hidden] and
+ * down [hidden, moe_inter], one tensor each, or stacked as transformers 5 holds them (sparse[l]
+ * becomes 2). */
+static int check_experts(const ctx *c, hp *h, int32_t l)
+{
+    char name[192];
+    const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter, ne = (uint64_t)h->n_experts;
+    if (has_name(c, "mlp.experts.gate_up_proj", l) || has_name(c, "mlp.experts.down_proj", l)) {
+        h->sparse[l] = 2;
+        snprintf(name, sizeof name, "%slayers.%d.mlp.gate.weight", c->pre, (int)l);
+        if (expect_name(c, name, ne, d))
+            return -1;
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj", c->pre, (int)l);
+        if (expect_3d(c, name, ne, 2 * f, d))
+            return -1;
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.down_proj", c->pre, (int)l);
+        return expect_3d(c, name, ne, d, f);
+    }
     if (moe_tname(c->family, c->pre, THIN_ROLE_ROUTER, l, -1, name, sizeof name) ||
         expect_name(c, name, (uint64_t)h->n_experts, d))
         return -1;
@@ -796,19 +822,28 @@ static int push_attention_block(json_t *ops, const hp *h, int32_t l, int qk_norm
            push_add(ops, h);
 }
 
-/* A sparse layer's mixture: moe(h -> h) with the router and the experts' weights by name. */
+/* A sparse layer's mixture: moe(h -> h) with the router and the experts' weights by name, or, for
+ * stacked experts, by [name, first row, end row] of the stacked tensor seen as a matrix (expert e's
+ * gate: rows [2 e I, (2 e + 1) I) of gate_up_proj, its up the next I, its down rows
+ * [e hidden, (e + 1) hidden) of down_proj). */
 static int push_moe(json_t *ops, const hp *h, int32_t l)
 {
-    char w[192];
+    char w[192], gu[192], dn[192];
     json_t *names[3] = {json_array(), json_array(), json_array()};
     static const thin_role r[3] = {THIN_ROLE_GATE, THIN_ROLE_UP, THIN_ROLE_DOWN};
+    const int stacked = h->sparse[l] == 2;
+    const json_int_t f = (json_int_t)h->moe_inter, d = (json_int_t)h->hidden;
+    snprintf(gu, sizeof gu, "%slayers.%d.mlp.experts.gate_up_proj", h->pre, (int)l);
+    snprintf(dn, sizeof dn, "%slayers.%d.mlp.experts.down_proj", h->pre, (int)l);
     int rc = !names[0] || !names[1] || !names[2];
     for (int32_t e = 0; !rc && e < h->n_experts; e++)
         for (int j = 0; !rc && j < 3; j++)
-            rc = moe_tname(h->family, h->pre, r[j], l, e, w, sizeof w) ||
-                 json_array_append_new(names[j], json_string(w));
+            rc = stacked ? json_array_append_new(names[j], j == 2 ? json_pack("[sII]", dn, e * d, (e + 1) * d)
+                                                                  : json_pack("[sII]", gu, (2 * e + j) * f, (2 * e + j + 1) * f))
+                         : moe_tname(h->family, h->pre, r[j], l, e, w, sizeof w) ||
+                               json_array_append_new(names[j], json_string(w));
     json_t *op = NULL;
-    if (!rc && !moe_tname(h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w))
+    if (!rc && !moe_tname(stacked ? NULL : h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w))
         op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
                        "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
                        h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);

@@ -186,6 +186,12 @@ roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, i
     *layer = l;
     *expert = -1;
     int r;
+    /* a layer's experts stacked (transformers 5: [experts, 2 I, hidden] and [experts, hidden, I],
+     * parameters without ".weight") */
+    if (l >= 0 && (strcmp(rest, "mlp.experts.gate_up_proj") == 0 || strcmp(rest, "mlp.experts.down_proj") == 0)) {
+        *role = rest[12] == 'g' ? THIN_ROLE_GATE_UP : THIN_ROLE_DOWN;
+        return ROLES_KNOWN;
+    }
     if (ends_with(name, n, ".weight.scale")) {
         r = stem_role(name, n - strlen(".weight.scale"), &l, &e);
         if (r >= 0 && r != THIN_ROLE_SCALE) {

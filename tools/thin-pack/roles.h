@@ -24,7 +24,9 @@ roles_kind roles_map(const char *name, thin_role *role, int32_t *layer);
 /* roles_map, also naming a mixture of experts' weights: "model.layers.N.mlp.gate.weight" (or
  * Mixtral's "block_sparse_moe.gate") -> router, N; "model.layers.N.mlp.experts.E.up_proj.weight"
  * (Mixtral's "block_sparse_moe.experts.E.w3"; gate_proj / w1, down_proj / w2 alike) -> up, N, with
- * *expert = E; *expert = -1 for every other name. */
+ * *expert = E; a layer's experts stacked as transformers 5 holds them,
+ * "model.layers.N.mlp.experts.gate_up_proj" / "...down_proj" (no ".weight") -> gate_up / down, N;
+ * *expert = -1 for every name but a single expert's. */
 roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, int32_t *expert);
 
 /* Name of the tensor of `role` in `layer` under Llama naming ("model.layers.3.mlp.up_proj.weight",

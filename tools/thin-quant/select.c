@@ -206,8 +206,8 @@ static const char *fp8_obstacle(const thin_tensor_info *t)
         return "already FP8";
     if (t->dtype != THIN_DTYPE_F32 && t->dtype != THIN_DTYPE_F16 && t->dtype != THIN_DTYPE_BF16)
         return "source dtype is not F32, F16 or BF16";
-    if (t->rank != 2 || t->shape[0] == 0 || t->shape[1] == 0)
-        return "not a non-empty rank-2 tensor";
+    if (t->rank < 2 || t->rank > 3 || t->shape[0] == 0 || t->shape[1] == 0 || t->shape[t->rank - 1] == 0)
+        return "not a non-empty matrix or stack of matrices (rank 2 or 3)";
     return NULL;
 }
 

@@ -212,7 +212,10 @@ static thin_status bind_weight(builder *b, const char *name, uint64_t rows, uint
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: tensor '%s' has role %s, unfit for the op",
                     b->op, name, thin_role_name(*role));
     int is_vec = rows == 0;
-    if (view && (ti.rank != 2 || ti.shape[0] < view[1] || ti.shape[1] != cols))
+    uint64_t lead = 1; /* a view's rows: the product of all dims but the last (stacked experts) */
+    for (uint32_t i = 0; view && i + 1 < ti.rank; i++)
+        lead = ti.shape[i] && lead > UINT64_MAX / ti.shape[i] ? UINT64_MAX : lead * ti.shape[i];
+    if (view && (ti.rank < 2 || lead < view[1] || ti.shape[ti.rank - 1] != cols))
         return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' has no rows %llu..%llu of %llu columns",
                     b->op, name, (unsigned long long)view[0], (unsigned long long)view[1],
                     (unsigned long long)cols);
@@ -225,7 +228,7 @@ static thin_status bind_weight(builder *b, const char *name, uint64_t rows, uint
         !(ti.dtype == THIN_DTYPE_F8_E4M3 && !is_vec))
         return fail(b, THIN_E_DTYPE, "tensor '%s': dtype %s is not supported here", name,
                     thin_dtype_name(ti.dtype));
-    const uint64_t all_rows = view ? ti.shape[0] : rows;
+    const uint64_t all_rows = view ? lead : rows;
     if (ti.dtype == THIN_DTYPE_F8_E4M3 &&
         (st = find_scale(b, &ti, all_rows, &w->scale)) != THIN_OK)
         return st;
@@ -566,13 +569,32 @@ static thin_status compile_weighted(builder *b, const json_t *o, plan_op *op) {
 }
 
 static const thin_role roles_router[] = {THIN_ROLE_ROUTER, THIN_ROLE_OTHER, THIN_ROLE_COUNT_};
-static const thin_role roles_expert[3][3] = {{THIN_ROLE_GATE, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
-                                             {THIN_ROLE_UP, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
+static const thin_role roles_expert[3][4] = {{THIN_ROLE_GATE, THIN_ROLE_GATE_UP, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
+                                             {THIN_ROLE_UP, THIN_ROLE_GATE_UP, THIN_ROLE_OTHER, THIN_ROLE_COUNT_},
                                              {THIN_ROLE_DOWN, THIN_ROLE_OTHER, THIN_ROLE_COUNT_}};
 
-/* A mixture of experts: in and out of one size, the router [experts, in] and for each expert the
- * names in "gate", "up" ([I, in]) and "down" ([out, I]), I taken from the first gate; top_k of
- * the experts a token; norm_topk (a boolean, default false). */
+/* An expert's weight in a moe op's list: a name, or [name, first, end] (rows [first, end) of a
+ * stacked tensor seen as a matrix); rows and cols as bind_weight takes them. */
+static thin_status expert_weight(builder *b, const json_t *v, uint64_t rows, uint64_t cols, const thin_role *allowed,
+                                 const uint32_t *share, thin_wmat *w) {
+    const char *name = json_string_value(json_is_array(v) ? json_array_get(v, 0) : v), *wn;
+    const json_t *r0 = json_array_get(v, 1), *r1 = json_array_get(v, 2);
+    thin_role role;
+    if (!name || (json_is_array(v) && (json_array_size(v) != 3 || !json_is_integer(r0) || !json_is_integer(r1) ||
+                                       json_integer_value(r0) < 0 || json_integer_value(r1) <= json_integer_value(r0))))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: an expert's weight is neither a name nor [name, first, end]",
+                    b->op);
+    const uint64_t view[2] = {(uint64_t)json_integer_value(r0), (uint64_t)json_integer_value(r1)};
+    if (json_is_array(v) && rows && view[1] - view[0] != rows)
+        return fail(b, THIN_E_SHAPE, "tape op %u: expert rows %llu..%llu of '%s' are not %llu rows", b->op,
+                    (unsigned long long)view[0], (unsigned long long)view[1], name, (unsigned long long)rows);
+    return bind_weight(b, name, rows, cols, allowed, json_is_array(v) ? view : NULL, 0, share, w, &role, &wn);
+}
+
+/* A mixture of experts: in and out of one size, the router [experts, in] and for each expert its
+ * weight in "gate", "up" ([I, in]) and "down" ([out, I]), each a name or rows of a stacked tensor
+ * (expert_weight), I taken from the first gate; top_k of the experts a token; norm_topk (a
+ * boolean, default false). */
 static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     thin_status st;
     static const char *const keys[3] = {"gate", "up", "down"};
@@ -604,12 +626,21 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
         return st;
     thin_tensor_info ti;
     thin_role role;
-    const char *g0 = json_string_value(json_array_get(lists[0], 0));
+    const json_t *g = json_array_get(lists[0], 0);
+    const char *g0 = json_string_value(json_is_array(g) ? json_array_get(g, 0) : g);
     if (!g0) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe gate[0] is not a name", b->op);
     if ((st = find_tensor(b, g0, &ti, &role))) return st;
-    if (ti.rank != 2 || ti.shape[0] == 0 || ti.shape[0] > UINT32_MAX)
+    uint64_t inter = 0;
+    if (json_is_array(g)) { /* rows of a stacked tensor: their count (checked by expert_weight) */
+        const json_t *r0 = json_array_get(g, 1), *r1 = json_array_get(g, 2);
+        if (json_is_integer(r0) && json_is_integer(r1) && json_integer_value(r1) > json_integer_value(r0))
+            inter = (uint64_t)(json_integer_value(r1) - json_integer_value(r0));
+    } else if (ti.rank == 2) {
+        inter = ti.shape[0];
+    }
+    if (inter == 0 || inter > UINT32_MAX)
         return fail(b, THIN_E_SHAPE, "tape op %u: expert weight '%s' is not a matrix", b->op, g0);
-    op->moe_inter = (uint32_t)ti.shape[0];
+    op->moe_inter = (uint32_t)inter;
     thin_wmat *ex = calloc((size_t)op->n_experts * 3, sizeof *ex);
     thin_wmat **all = realloc(b->own->experts, (b->own->n_experts + 1) * sizeof *all);
     if (!ex || !all) {
@@ -622,14 +653,10 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     op->experts = ex;
     const uint32_t share[2] = {op->top_k, op->n_experts};
     for (uint32_t e = 0; e < op->n_experts; e++)
-        for (int j = 0; j < 3; j++) {
-            const char *name = json_string_value(json_array_get(lists[j], e)), *wn;
-            if (!name)
-                return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe %s[%u] is not a name", b->op, keys[j], e);
-            if ((st = bind_weight(b, name, j == 2 ? d : op->moe_inter, j == 2 ? op->moe_inter : d, roles_expert[j],
-                                  NULL, 0, share, &ex[3 * e + j], &role, &wn)))
+        for (int j = 0; j < 3; j++)
+            if ((st = expert_weight(b, json_array_get(lists[j], e), j == 2 ? d : op->moe_inter,
+                                    j == 2 ? op->moe_inter : d, roles_expert[j], share, &ex[3 * e + j])))
                 return st;
-        }
     return THIN_OK;
 }
 
