@@ -135,6 +135,22 @@ static void write_model(const char *path, variant v) {
                               THIN_DTYPE_F32, 1, {KV_HEADS * HD}, NULL, NULL, 0, 0};
         assert_int_equal(thin_writer_add_tensor(w, &d, b), THIN_OK);
     }
+    /* a router of 2 experts, and the MLP's weights as 2 identical experts stacked as transformers
+     * 5 saves them (gate_up [2, 2 FFN, DIM], down [2, DIM, FFN]); only the moe tapes read them */
+    float rt[2 * DIM], gu[2 * 2 * FFN * DIM], dn[2 * DIM * FFN];
+    for (int k = 0; k < 2 * DIM; k++) rt[k] = value(98, (size_t)k);
+    for (int e = 0; e < 2; e++) {
+        for (int k = 0; k < 2 * FFN * DIM; k++) gu[e * 2 * FFN * DIM + k] = value(k < FFN * DIM ? 7 : 8, (size_t)(k % (FFN * DIM)));
+        for (int k = 0; k < DIM * FFN; k++) dn[e * DIM * FFN + k] = value(9, (size_t)k);
+    }
+    thin_tensor_desc rd = {"model.layers.0.mlp.gate.weight", THIN_ROLE_ROUTER, 0, THIN_DTYPE_F32, 2, {2, DIM}, NULL, NULL, 0, 0};
+    thin_tensor_desc gd = {"model.layers.0.mlp.experts.gate_up_proj", THIN_ROLE_GATE_UP, 0, THIN_DTYPE_F32, 3,
+                           {2, 2 * FFN, DIM}, NULL, NULL, 0, 0};
+    thin_tensor_desc dd = {"model.layers.0.mlp.experts.down_proj", THIN_ROLE_DOWN, 0, THIN_DTYPE_F32, 3,
+                           {2, DIM, FFN}, NULL, NULL, 0, 0};
+    assert_int_equal(thin_writer_add_tensor(w, &rd, rt), THIN_OK);
+    assert_int_equal(thin_writer_add_tensor(w, &gd, gu), THIN_OK);
+    assert_int_equal(thin_writer_add_tensor(w, &dd, dn), THIN_OK);
     thin_tensor_desc lm = {"lm_head.weight", THIN_ROLE_LM_HEAD, -1, THIN_DTYPE_F32, 2,
                            {VOCAB, DIM}, NULL, "model.embed_tokens.weight", 0, 0};
     assert_int_equal(thin_writer_begin_tensor(w, &lm), THIN_OK);
@@ -592,8 +608,87 @@ static void test_split_over_devices(void **state) {
     expect_error(t, THIN_E_BAD_MANIFEST, "split is neither", 0);
 }
 
+/* The tape with its MLP (ops 11-14) as a mixture of 2 experts, each the MLP's own weights: by name
+ * (stacked 0) or as rows of the stacked tensors (1). */
+static json_t *tape_moe(int stacked, int top_k, int norm) {
+    json_t *t = tape(), *ops = json_object_get(t, "ops"), *l[3];
+    for (int i = 0; i < 4; i++) json_array_remove(ops, 11);
+    for (int j = 0; j < 3; j++) {
+        l[j] = json_array();
+        for (int e = 0; e < 2; e++)
+            json_array_append_new(l[j], !stacked ? json_string(W(7 + j))
+                                        : j < 2 ? json_pack("[sii]", "model.layers.0.mlp.experts.gate_up_proj",
+                                                            (2 * e + j) * FFN, (2 * e + j + 1) * FFN)
+                                                : json_pack("[sii]", "model.layers.0.mlp.experts.down_proj", e * DIM,
+                                                            (e + 1) * DIM));
+    }
+    json_array_insert_new(ops, 11, json_pack("{ss ss ss si ss si sb so so so}", "op", "moe", "in", "h", "out", "h",
+                                             "layer", 0, "router", "model.layers.0.mlp.gate.weight", "top_k",
+                                             top_k, "norm_topk", norm, "gate", l[0], "up", l[1], "down", l[2]));
+    return t;
+}
+
+/* A mixture of two experts that are both the MLP: with top_k 1 (weight 1) the dense model's
+ * logits bit for bit, by name and by rows of stacked tensors; with both experts (renormalized) the
+ * same within rounding; malformed mixtures refused. */
+static void test_moe_op(void **state) {
+    (void)state;
+    float ref[VOCAB], got[VOCAB];
+    built b;
+    build(&b, (variant){tape(), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    assert_int_equal(b.st, THIN_OK);
+    run3(&b.p, ref);
+    unbuild(&b);
+    for (int stacked = 0; stacked < 2; stacked++)
+        for (int k = 1; k <= 2; k++) {
+            build(&b, (variant){tape_moe(stacked, k, 1), THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+            if (b.st != THIN_OK) fail_msg("%s", b.err);
+            const plan_op *o = &b.p.ops[11];
+            assert_int_equal(o->kind, PLAN_MOE);
+            assert_int_equal(o->n_experts, 2);
+            assert_int_equal(o->top_k, k);
+            assert_int_equal(o->moe_inter, FFN);
+            assert_int_equal(o->w_role, THIN_ROLE_ROUTER);
+            run3(&b.p, got);
+            unbuild(&b);
+            if (k == 1)
+                assert_memory_equal(got, ref, sizeof ref);
+            for (int i = 0; i < VOCAB; i++) assert_float_equal(got[i], ref[i], 1e-5);
+        }
+    json_t *t = tape_moe(0, 3, 1);
+    expect_error(t, THIN_E_BAD_MANIFEST, "top_k 3 exceeds its 2 experts", 0);
+    t = tape_moe(0, 1, 1);
+    json_array_remove(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "up"), 0);
+    expect_error(t, THIN_E_BAD_MANIFEST, "moe 'up' is not a list of one name per expert", 0);
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "router", json_string(W(7)));
+    expect_error(t, THIN_E_BAD_MANIFEST, "role gate, unfit", 0);
+    t = tape_moe(0, 1, 1);
+    json_object_del(json_array_get(json_object_get(t, "ops"), 11), "layer");
+    expect_error(t, THIN_E_BAD_MANIFEST, "moe without a layer", 0);
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "norm_topk", json_integer(1));
+    expect_error(t, THIN_E_BAD_MANIFEST, "norm_topk is not a boolean", 0);
+    t = tape_moe(0, 1, 1); /* an up weight in a gate's place: its role */
+    json_array_set_new(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "gate"), 1, json_string(W(8)));
+    expect_error(t, THIN_E_BAD_MANIFEST, "role up, unfit", 0);
+    t = tape_moe(1, 1, 1); /* rows of a stack: past its end, of another count, not a triple */
+    json_array_set_new(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "down"), 1,
+                       json_pack("[sii]", "model.layers.0.mlp.experts.down_proj", 12, 20));
+    expect_error(t, THIN_E_SHAPE, "no rows 12..20", 0);
+    t = tape_moe(1, 1, 1);
+    json_array_set_new(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "up"), 0,
+                       json_pack("[sii]", "model.layers.0.mlp.experts.gate_up_proj", 12, 20));
+    expect_error(t, THIN_E_SHAPE, "are not 12 rows", 0);
+    t = tape_moe(1, 1, 1);
+    json_array_set_new(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "up"), 0,
+                       json_pack("[si]", "model.layers.0.mlp.experts.gate_up_proj", 12));
+    expect_error(t, THIN_E_BAD_MANIFEST, "neither a name nor [name, first, end]", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_op),
         cmocka_unit_test(test_good_tape_compiles_and_runs),
         cmocka_unit_test(test_zstd_and_fp8_weights_run_close),
         cmocka_unit_test(test_bias_op),
