@@ -684,6 +684,27 @@ static void test_moe_op(void **state) {
     json_array_set_new(json_object_get(json_array_get(json_object_get(t, "ops"), 11), "up"), 0,
                        json_pack("[si]", "model.layers.0.mlp.experts.gate_up_proj", 12));
     expect_error(t, THIN_E_BAD_MANIFEST, "neither a name nor [name, first, end]", 0);
+    /* a shared expert (the MLP again) beside the routed ones: with weight 1 (no gate) the routed
+     * sum plus the MLP; malformed ones refused */
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "shared", json_pack("[sss]", W(7), W(8), W(9)));
+    built sb;
+    build(&sb, (variant){t, THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (sb.st != THIN_OK) fail_msg("%s", sb.err);
+    assert_int_equal(sb.p.ops[11].shared_inter, FFN);
+    assert_null(sb.p.ops[11].shared_gate.data);
+    run3(&sb.p, got);
+    unbuild(&sb);
+    int differs = 0;
+    for (int i = 0; i < VOCAB; i++) differs |= got[i] != ref[i] && isfinite(got[i]);
+    assert_true(differs);
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "shared", json_pack("[ss]", W(7), W(8)));
+    expect_error(t, THIN_E_BAD_MANIFEST, "moe shared is not [gate, up, down]", 0);
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "shared_gate",
+                        json_string("model.layers.0.mlp.gate.weight"));
+    expect_error(t, THIN_E_BAD_MANIFEST, "shared_gate without a shared expert", 0);
 }
 
 int main(void) {

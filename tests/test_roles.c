@@ -147,6 +147,10 @@ static void test_experts(void **state)
     check_expert("model.layers.1.mlp.experts.2.w1.weight", ROLES_UNKNOWN, THIN_ROLE_OTHER, 1, -1);
     check_expert("model.layers.1.mlp.experts.2.up_proj.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
     check_expert("model.layers.1.mlp.gate.bias", ROLES_BIAS, THIN_ROLE_OTHER, 1, -1);
+    /* Qwen2-MoE's shared expert and its gate */
+    check_expert("model.layers.2.mlp.shared_expert.up_proj.weight", ROLES_KNOWN, THIN_ROLE_UP, 2, -1);
+    check_expert("model.layers.2.mlp.shared_expert.down_proj.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 2, -1);
+    check_expert("model.layers.2.mlp.shared_expert_gate.weight", ROLES_KNOWN, THIN_ROLE_ROUTER, 2, -1);
     /* stacked, as transformers 5 saves them */
     check_expert("model.layers.4.mlp.experts.gate_up_proj", ROLES_KNOWN, THIN_ROLE_GATE_UP, 4, -1);
     check_expert("model.layers.4.mlp.experts.down_proj", ROLES_KNOWN, THIN_ROLE_DOWN, 4, -1);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Mixtures of experts, each against its fixture's own float64 forward pass
-# (fixtures/qwen2-tiny/make.py --qwen3-moe / --mixtral / --olmoe): the router and the experts
+# (fixtures/qwen2-tiny/make.py --qwen3-moe / --mixtral / --qwen2-moe / --olmoe): the router and the experts
 # tagged (role router, an expert index on each expert's weights), one moe op a sparse layer, the
 # teacher-forced logits within 1e-4 with an F32 KV cache, whole and split over 2 and 4 devices
 # (each holding a slice of every expert's inner dims); a prompt's rows routed expert by expert give
@@ -49,6 +49,10 @@ grep -q '^model.layers.0.mlp.gate.weight  *router  *0 BF16 ' "$T/mq.txt"
 echo "qwen3-moe-tiny, quality profile:"
 "$BIN/thin-compare" "$FIX/qwen3-moe-tiny/logits.f32" "$T/q.f32" --vocab 96 --summary --min-cosine 0.9999
 moe mixtral-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.gate.weight top_k=2 norm_topk=true gate=.* up=\[4: "model.layers.1.block_sparse_moe.experts.0.w3.weight"' 2
+# Qwen2-MoE: its q, k and v biases, the top-k weights as they are, a shared expert (every token's,
+# scaled by the sigmoid of its own gate) after the routed ones; split over 2 devices too
+moe qwen2-moe-tiny 2 'moe  *L1 .*norm_topk=false .* shared=\["model.layers.1.mlp.shared_expert.gate_proj.weight","model.layers.1.mlp.shared_expert.up_proj.weight","model.layers.1.mlp.shared_expert.down_proj.weight"\] shared_gate=model.layers.1.mlp.shared_expert_gate.weight' 2
+grep -q 'bias  *L0 .*k_proj.bias' "$T/tape.txt"
 # OLMoE: q and k normalized whole (no split over devices), its top-k weights as they are
 moe olmoe-tiny 2 'moe  *L0 .*top_k=2 norm_topk=false'
 grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/tape.txt"

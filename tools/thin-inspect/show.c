@@ -225,7 +225,7 @@ int show_tape(FILE *out, const json_t *m)
             if (!strcmp(k, "op") || !strcmp(k, "layer"))
                 continue;
             const size_t n = json_array_size(v);
-            if (n > 2 && (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))) {
+            if (n > 3 && (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))) {
                 /* a moe op's weights, one per expert: the first and the last */
                 char *first = json_dumps(json_array_get(v, 0), JSON_COMPACT | JSON_ENCODE_ANY);
                 char *last = json_dumps(json_array_get(v, n - 1), JSON_COMPACT | JSON_ENCODE_ANY);

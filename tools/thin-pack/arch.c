@@ -41,6 +41,8 @@ typedef struct hp {
     /* a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) */
     int64_t n_experts, top_k, moe_inter; /* 0 experts: no mixture */
     int norm_topk;        /* the top-k weights renormalized to sum to 1 */
+    int64_t shared_inter; /* Qwen2-MoE's shared expert's intermediate size (0: none), its output
+                             scaled by sigmoid(shared_expert_gate · x) */
     unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture, 2 = with its experts
                              stacked (transformers 5: mlp.experts.gate_up_proj [E, 2 I, hidden],
                              mlp.experts.down_proj [E, hidden, I], the router mlp.gate) */
@@ -97,7 +99,7 @@ const char *arch_family(const char *a)
         {"Gemma2ForCausalLM", "gemma2"}, {"Olmo2ForCausalLM", "olmo2"},
         {"Mistral3ForConditionalGeneration", "mistral"}, {"GraniteForCausalLM", "granite"},
         {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"},
-        {"OlmoeForCausalLM", "olmoe"},
+        {"OlmoeForCausalLM", "olmoe"}, {"Qwen2MoeForCausalLM", "qwen2_moe"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -358,7 +360,7 @@ static int read_windows(const ctx *c, hp *h)
         json_integer_value(win) <= 0 || json_integer_value(win) >= h->max_pos)
         return 0;
     int64_t from = 0;
-    if ((strcmp(c->family, "qwen2") == 0 || strcmp(c->family, "qwen3") == 0) &&
+    if (strncmp(c->family, "qwen", 4) == 0 &&
         get_int(c, "max_window_layers", 0, (int64_t)1 << 16, 1, 28, &from))
         return -1;
     h->window = json_integer_value(win);
@@ -368,16 +370,19 @@ static int read_windows(const ctx *c, hp *h)
 /* A mixture of experts: Mixtral's num_local_experts (default 8) and top 2, renormalized; Qwen3-MoE's
  * num_experts (128), num_experts_per_tok (8), moe_intermediate_size (768), norm_topk_prob (false)
  * and its sparse layers (not in mlp_only_layers, and (L + 1) a multiple of decoder_sparse_step,
- * default 1); OLMoE's num_experts (64), top 8, norm_topk_prob (false), every layer. The defaults
- * are the config classes'. */
+ * default 1); Qwen2-MoE's alike (60 experts, top 4, 1408) with a shared expert of
+ * shared_expert_intermediate_size (5632); OLMoE's num_experts (64), top 8, norm_topk_prob (false),
+ * every layer. The defaults are the config classes'. */
 static int read_moe(const ctx *c, hp *h)
 {
-    const int mixtral = strcmp(c->family, "mixtral") == 0, qwen = strcmp(c->family, "qwen3_moe") == 0;
+    const int mixtral = strcmp(c->family, "mixtral") == 0, q2 = strcmp(c->family, "qwen2_moe") == 0;
+    const int qwen = q2 || strcmp(c->family, "qwen3_moe") == 0;
     int64_t step = 1;
     if (get_int(c, mixtral ? "num_local_experts" : "num_experts", 1, 1 << 16, 1,
-                mixtral ? 8 : qwen ? 128 : 64, &h->n_experts) ||
-        get_int(c, "num_experts_per_tok", 1, h->n_experts, 1, mixtral ? 2 : 8, &h->top_k) ||
-        (qwen && get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 32, 1, 768, &h->moe_inter)) ||
+                mixtral ? 8 : q2 ? 60 : qwen ? 128 : 64, &h->n_experts) ||
+        get_int(c, "num_experts_per_tok", 1, h->n_experts, 1, mixtral ? 2 : q2 ? 4 : 8, &h->top_k) ||
+        (qwen && get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 32, 1, q2 ? 1408 : 768, &h->moe_inter)) ||
+        (q2 && get_int(c, "shared_expert_intermediate_size", 1, (int64_t)1 << 32, 1, 5632, &h->shared_inter)) ||
         (qwen && get_int(c, "decoder_sparse_step", 1, 1 << 16, 1, 1, &step)))
         return -1;
     if (!qwen)
@@ -407,7 +412,7 @@ static int read_moe(const ctx *c, hp *h)
 static int is_moe_family(const char *family)
 {
     return strcmp(family, "mixtral") == 0 || strcmp(family, "qwen3_moe") == 0 ||
-           strcmp(family, "olmoe") == 0;
+           strcmp(family, "olmoe") == 0 || strcmp(family, "qwen2_moe") == 0;
 }
 
 static int read_hparams(const ctx *c, hp *h)
@@ -485,6 +490,8 @@ static json_t *hparams_json(const ctx *c, const hp *h)
         json_object_set_new(o, "moe_intermediate_size", json_integer(h->moe_inter));
         json_object_set_new(o, "norm_topk_prob", json_boolean(h->norm_topk));
         json_object_set_new(o, "moe_layers", sp);
+        if (h->shared_inter)
+            json_object_set_new(o, "shared_expert_intermediate_size", json_integer(h->shared_inter));
     }
     return o;
 }
@@ -611,6 +618,16 @@ static int check_experts(const ctx *c, hp *h, int32_t l)
 {
     char name[192];
     const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter, ne = (uint64_t)h->n_experts;
+    static const char *const shared[4] = {"gate_proj", "up_proj", "down_proj", NULL};
+    for (int j = 0; h->shared_inter && j < 4; j++) { /* Qwen2-MoE's shared expert and its gate */
+        const uint64_t s = (uint64_t)h->shared_inter;
+        if (j < 3)
+            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert.%s.weight", c->pre, (int)l, shared[j]);
+        else
+            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert_gate.weight", c->pre, (int)l);
+        if (expect_name(c, name, j == 3 ? 1 : j == 2 ? d : s, j == 2 ? s : d))
+            return -1;
+    }
     if (has_name(c, "mlp.experts.gate_up_proj", l) || has_name(c, "mlp.experts.down_proj", l)) {
         h->sparse[l] = 2;
         snprintf(name, sizeof name, "%slayers.%d.mlp.gate.weight", c->pre, (int)l);
@@ -847,6 +864,15 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
         op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
                        "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
                        h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);
+    if (op && h->shared_inter) { /* Qwen2-MoE's shared expert, scaled by sigmoid(shared_gate · in) */
+        char sg[192], su[192], sd[192];
+        snprintf(sg, sizeof sg, "%slayers.%d.mlp.shared_expert.gate_proj.weight", h->pre, (int)l);
+        snprintf(su, sizeof su, "%slayers.%d.mlp.shared_expert.up_proj.weight", h->pre, (int)l);
+        snprintf(sd, sizeof sd, "%slayers.%d.mlp.shared_expert.down_proj.weight", h->pre, (int)l);
+        snprintf(w, sizeof w, "%slayers.%d.mlp.shared_expert_gate.weight", h->pre, (int)l);
+        json_object_set_new(op, "shared", json_pack("[sss]", sg, su, sd));
+        json_object_set_new(op, "shared_gate", json_string(w));
+    }
     for (int j = 0; j < 3; j++)
         json_decref(names[j]);
     return push(ops, op);

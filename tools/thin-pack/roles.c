@@ -133,10 +133,22 @@ static int32_t parse_index(const char *p, const char **end)
     return (int32_t)v;
 }
 
+/* Qwen2-MoE's shared expert beside the routed ones, and the gate that scales its output. */
+static const suffix_role shared_names[] = {
+    {"mlp.shared_expert.gate_proj", THIN_ROLE_GATE},
+    {"mlp.shared_expert.up_proj", THIN_ROLE_UP},
+    {"mlp.shared_expert.down_proj", THIN_ROLE_DOWN},
+    {"mlp.shared_expert_gate", THIN_ROLE_ROUTER},
+};
+#define N_SHARED_NAMES (sizeof shared_names / sizeof shared_names[0])
+
 /* Role of a layer's mixture-of-experts weight rest[0..rn) (router, or an expert's gate, up or
- * down, with *expert set), or -1. */
+ * down, with *expert set; a shared expert's, without), or -1. */
 static int moe_role(const char *rest, size_t rn, int32_t *expert)
 {
+    const int sh = suffix_role_of(shared_names, N_SHARED_NAMES, rest, rn);
+    if (sh >= 0)
+        return sh;
     for (size_t i = 0; i < N_MOE_NAMES; i++) {
         if (strlen(moe_names[i].router) == rn && memcmp(rest, moe_names[i].router, rn) == 0)
             return THIN_ROLE_ROUTER;

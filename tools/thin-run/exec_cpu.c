@@ -168,6 +168,30 @@ static void top_k(const float *p, uint32_t n, uint32_t k, uint32_t *sel) {
  * result is that of its token run alone). Split over devices (p->shards), each holds a slice of
  * every expert's inner dims (gate and up rows, down columns) and the down products are the sum of
  * the devices' partial ones, as for the dense MLP. */
+/* Rows x (m of them, leading dimension d) through one expert's gate, up and down (w[0..2], inner
+ * size I) into s->moe_d; split over devices (p->shards), each device's share of the inner dims,
+ * the down products summed in device order. Uses moe_g and moe_u. */
+static void expert_rows(cpu_session *s, const thin_wmat *w, const float *x, uint64_t d, uint32_t m,
+                        uint64_t I, uint64_t dout) {
+    matmat_job g = {s->moe_g, I, d, &w[0], x, m, 0, w[0].cols};
+    matmat_job u = {s->moe_u, I, d, &w[1], x, m, 0, w[1].cols};
+    run_matmat(s, &g);
+    run_matmat(s, &u);
+    for (uint32_t i = 0; i < m; i++) op_silu_mul(s->moe_g + (size_t)i * I, s->moe_u + (size_t)i * I, I);
+    matmat_job dn = {s->moe_d, dout, I, &w[2], s->moe_g, m, 0, w[2].cols};
+    const uint32_t n = s->p->shards;
+    if (n <= 1) {
+        run_matmat(s, &dn);
+        return;
+    }
+    dn.y = s->part;
+    for (uint32_t dv = 0; dv < n; dv++) {
+        dn.c0 = I * dv / n, dn.c1 = I * (dv + 1) / n;
+        run_matmat(s, &dn);
+        for (size_t k = 0; k < (size_t)m * dout; k++) s->moe_d[k] = dv ? s->moe_d[k] + s->part[k] : s->part[k];
+    }
+}
+
 static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
     const uint64_t *sz = s->p->buf_sizes;
     const uint64_t d = sz[op->in], dout = sz[op->out], I = op->moe_inter;
@@ -194,28 +218,21 @@ static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
                     memcpy(s->moe_x + (size_t)m++ * d, row(s, op->in, i), d * sizeof(float));
                 }
         if (!m) continue;
-        const thin_wmat *w = op->experts + 3 * (size_t)e;
-        matmat_job g = {s->moe_g, I, d, &w[0], s->moe_x, m, 0, w[0].cols};
-        matmat_job u = {s->moe_u, I, d, &w[1], s->moe_x, m, 0, w[1].cols};
-        run_matmat(s, &g);
-        run_matmat(s, &u);
-        for (uint32_t i = 0; i < m; i++) op_silu_mul(s->moe_g + (size_t)i * I, s->moe_u + (size_t)i * I, I);
-        matmat_job dn = {s->moe_d, dout, I, &w[2], s->moe_g, m, 0, w[2].cols};
-        const uint32_t n = s->p->shards;
-        if (n <= 1) {
-            run_matmat(s, &dn);
-        } else { /* each device's share of the experts' inner dims, its partial sums added in device order */
-            dn.y = s->part;
-            for (uint32_t dv = 0; dv < n; dv++) {
-                dn.c0 = I * dv / n, dn.c1 = I * (dv + 1) / n;
-                run_matmat(s, &dn);
-                for (size_t k = 0; k < (size_t)m * dout; k++) s->moe_d[k] = dv ? s->moe_d[k] + s->part[k] : s->part[k];
-            }
-        }
+        expert_rows(s, op->experts + 3 * (size_t)e, s->moe_x, d, m, I, dout);
         for (uint32_t i = 0; i < m; i++) {
             const uint32_t at = s->moe_rows[i];
             op_add_scaled(s->moe_acc + (size_t)(at / K) * dout, s->moe_d + (size_t)i * dout, s->moe_w[at], dout);
         }
+    }
+    if (op->shared_inter) { /* the shared expert, every row's, after the routed ones */
+        expert_rows(s, op->shared, row(s, op->in, 0), d, nb, op->shared_inter, dout);
+        if (op->shared_gate.data) {
+            matmat_job g = {s->moe_r, 1, d, &op->shared_gate, row(s, op->in, 0), nb, 0, d};
+            run_matmat(s, &g);
+        }
+        for (uint32_t i = 0; i < nb; i++)
+            op_add_scaled(s->moe_acc + (size_t)i * dout, s->moe_d + (size_t)i * dout,
+                          op->shared_gate.data ? 1.0f / (1.0f + expf(-s->moe_r[i])) : 1.0f, dout);
     }
     for (uint32_t i = 0; i < nb; i++) memcpy(row(s, op->out, i), s->moe_acc + (size_t)i * dout, dout * sizeof(float));
 }
@@ -382,6 +399,7 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
         mk = o->top_k > mk ? o->top_k : mk;
         md = p->buf_sizes[o->in] > md ? p->buf_sizes[o->in] : md;
         mi = o->moe_inter > mi ? o->moe_inter : mi;
+        mi = o->shared_inter > mi ? o->shared_inter : mi;
     }
     if (me) {
         const size_t B = CPU_BATCH;

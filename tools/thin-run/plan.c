@@ -651,6 +651,26 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     b->own->experts = all;
     all[b->own->n_experts++] = ex;
     op->experts = ex;
+    const json_t *sh = json_object_get(o, "shared"), *sg = json_object_get(o, "shared_gate");
+    if (sh && !json_is_null(sh)) { /* a shared expert: [gate, up, down], its gate optional */
+        const char *n0 = json_string_value(json_array_get(sh, 0)), *wn;
+        if (json_array_size(sh) != 3 || !n0)
+            return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe shared is not [gate, up, down]", b->op);
+        if ((st = find_tensor(b, n0, &ti, &role))) return st;
+        if (ti.rank != 2 || ti.shape[0] == 0 || ti.shape[0] > UINT32_MAX)
+            return fail(b, THIN_E_SHAPE, "tape op %u: shared expert weight '%s' is not a matrix", b->op, n0);
+        op->shared_inter = (uint32_t)ti.shape[0];
+        for (int j = 0; j < 3; j++)
+            if ((st = expert_weight(b, json_array_get(sh, j), j == 2 ? d : op->shared_inter,
+                                    j == 2 ? op->shared_inter : d, roles_expert[j], NULL, &op->shared[j])))
+                return st;
+        if (sg && !json_is_null(sg) &&
+            (st = bind_weight(b, json_string_value(sg) ? json_string_value(sg) : "", 1, d, roles_router, NULL, 0,
+                              NULL, &op->shared_gate, &role, &wn)))
+            return st;
+    } else if (sg && !json_is_null(sg)) {
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe shared_gate without a shared expert", b->op);
+    }
     const uint32_t share[2] = {op->top_k, op->n_experts};
     for (uint32_t e = 0; e < op->n_experts; e++)
         for (int j = 0; j < 3; j++)
@@ -962,9 +982,9 @@ thin_status plan_check_split(const plan *p, uint32_t n, char *err, size_t errlen
         case PLAN_SCALE: break; /* elementwise, in place */
         case PLAN_MOE: /* every expert's inner dims divide over the devices; an all-reduce of out */
             if (div[o->in]) why = "its input is divided over the devices (a mixture needs it whole)";
-            else if (o->moe_inter % n) {
-                snprintf(num, sizeof num, "its experts' inner size (%u) does not divide over the devices",
-                         o->moe_inter);
+            else if (o->moe_inter % n || o->shared_inter % n) {
+                snprintf(num, sizeof num, "its experts' inner size (%u, shared %u) does not divide over the devices",
+                         o->moe_inter, o->shared_inter);
                 why = num;
             } else {
                 div[o->out] = 0;

@@ -74,6 +74,11 @@ typedef struct plan_op {
     const thin_wmat *experts;
     uint32_t n_experts, top_k, moe_inter;
     int norm_topk;
+    /* MOE with a shared expert (Qwen2-MoE; shared_inter 0: none): its gate, up ([shared_inter,
+     * in]) and down, every token's, added after the routed experts' sum, scaled by
+     * sigmoid(shared_gate · in) where shared_gate ([1, in]) has data */
+    thin_wmat shared[3], shared_gate;
+    uint32_t shared_inter;
 } plan_op;
 
 /* A ROPE op's factor on cos and sin and its rotated dims of a head, with their zero defaults
