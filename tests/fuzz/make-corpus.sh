@@ -29,6 +29,10 @@ cp "$W/fp8.thin" "$C/fuzz_plan/tiny-fp8.thin"
 for f in qwen2 phi3 gemma3; do
     "$B/bin/thin-pack" -q "fixtures/$f-tiny" | "$B/bin/thin-quant" -q -p fp8-all - -o "$C/fuzz_plan/$f-fp8.thin"
 done
+# a mixture's moe op: per-expert names with a shared expert, and rows of stacked experts in FP8
+python3 -B fixtures/qwen2-tiny/make.py "$W/stacked" --qwen3-moe --stacked >/dev/null
+"$B/bin/thin-pack" -q fixtures/qwen2-moe-tiny | "$B/bin/thin-quant" -q -p fp8-all - -o "$C/fuzz_plan/qwen2-moe-fp8.thin"
+"$B/bin/thin-pack" -q "$W/stacked" | "$B/bin/thin-quant" -q -p fp8-all - -o "$C/fuzz_plan/qwen3-moe-stacked-fp8.thin"
 
 # SafeTensors: the tiny model and the small malformed fixtures.
 cp "$W/m/model.safetensors" "$C/fuzz_safetensors/tiny.safetensors"
@@ -53,6 +57,12 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 { cat fixtures/gemma3-tiny/config.json; printf '\0'; header fixtures/gemma3-tiny/model.safetensors; } >"$C/fuzz_arch/gemma3"
 { cat fixtures/gemma2-tiny/config.json; printf '\0'; header fixtures/gemma2-tiny/model.safetensors; } >"$C/fuzz_arch/gemma2"
 { cat fixtures/olmo2-tiny/config.json; printf '\0'; header fixtures/olmo2-tiny/model.safetensors; } >"$C/fuzz_arch/olmo2"
+# mixtures of experts: one tensor an expert (Qwen3-MoE with a dense layer, Mixtral's names,
+# Qwen2-MoE's shared expert) and stacked as transformers 5 saves them
+for f in qwen3-moe mixtral qwen2-moe; do
+    { cat "fixtures/$f-tiny/config.json"; printf '\0'; header "fixtures/$f-tiny/model.safetensors"; } >"$C/fuzz_arch/$f"
+done
+{ cat "$W/stacked/config.json"; printf '\0'; header "$W/stacked/model.safetensors"; } >"$C/fuzz_arch/qwen3-moe-stacked"
 
 # tokenizer.json, NUL, tokenizer_config.json; and a tiny byte-level BPE tokenizer.
 { cat "$S/tokenizer.json"; printf '\0'; cat "$S/tokenizer_config.json"; } >"$C/fuzz_tok_hf/stories"
