@@ -17,7 +17,7 @@ moe() {
     grep -q "$line" "$T/tape.txt"
     "$BIN/thin-inspect" --json "$T/m.thin" > "$T/m.json"
     grep -q '"role": "router"' "$T/m.json"
-    grep -q '"expert": 3' "$T/m.json"
+    [ "${STACKED:-0}" = 1 ] || grep -q '"expert": 3' "$T/m.json"
     "$BIN/thin-run" "$T/m.thin" --device cpu --kv-dtype f32 --score "$Q/ids.txt" --out "$T/f32.f32"
     echo "$name:"
     "$BIN/thin-compare" "$Q/logits.f32" "$T/f32.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
@@ -53,6 +53,11 @@ moe mixtral-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.gate.weigh
 # scaled by the sigmoid of its own gate) after the routed ones; split over 2 devices too
 moe qwen2-moe-tiny 2 'moe  *L1 .*norm_topk=false .* shared=\["model.layers.1.mlp.shared_expert.gate_proj.weight","model.layers.1.mlp.shared_expert.up_proj.weight","model.layers.1.mlp.shared_expert.down_proj.weight"\] shared_gate=model.layers.1.mlp.shared_expert_gate.weight' 2
 grep -q 'bias  *L0 .*k_proj.bias' "$T/tape.txt"
+# Granite's MoE: Granite's multipliers, the experts stacked in block_sparse_moe.input_linear /
+# output_linear with the router block_sparse_moe.router.layer
+STACKED=1 moe granitemoe-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.router.layer.weight top_k=2 norm_topk=true gate=\[4: \["model.layers.1.block_sparse_moe.input_linear.weight",0,32\]' 2
+grep -q 'add  *in=h out=x scale=0.59' "$T/tape.txt"
+"$BIN/thin-inspect" "$T/m.thin" | grep -q '^model.layers.0.block_sparse_moe.input_linear.weight  *gate_up  *0 F32  *\[4, 64, 64\]'
 # OLMoE: q and k normalized whole (no split over devices), its top-k weights as they are
 moe olmoe-tiny 2 'moe  *L0 .*top_k=2 norm_topk=false'
 grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/tape.txt"

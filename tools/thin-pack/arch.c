@@ -43,10 +43,21 @@ typedef struct hp {
     int norm_topk;        /* the top-k weights renormalized to sum to 1 */
     int64_t shared_inter; /* Qwen2-MoE's shared expert's intermediate size (0: none), its output
                              scaled by sigmoid(shared_expert_gate · x) */
-    unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture, 2 = with its experts
-                             stacked (transformers 5: mlp.experts.gate_up_proj [E, 2 I, hidden],
-                             mlp.experts.down_proj [E, hidden, I], the router mlp.gate) */
+    unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture, 2 + k = with its
+                             experts stacked as stacked_names[k] names them */
 } hp;
+
+/* Experts stacked, each layer's in two tensors, [E, 2 I, hidden] (each expert's gate rows, then its
+ * up rows) and [E, hidden, I], with a router [E, hidden]: as transformers 5 saves every mixture,
+ * and as Granite's MoE is held. Names after "<prefix>layers.<L>.". */
+static const struct {
+    const char *router, *gate_up, *down;
+} stacked_names[] = {
+    {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"},
+    {"block_sparse_moe.router.layer.weight", "block_sparse_moe.input_linear.weight",
+     "block_sparse_moe.output_linear.weight"},
+};
+#define N_STACKED (sizeof stacked_names / sizeof stacked_names[0])
 
 typedef struct ctx {
     const json_t *config;
@@ -100,6 +111,7 @@ const char *arch_family(const char *a)
         {"Mistral3ForConditionalGeneration", "mistral"}, {"GraniteForCausalLM", "granite"},
         {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"},
         {"OlmoeForCausalLM", "olmoe"}, {"Qwen2MoeForCausalLM", "qwen2_moe"},
+        {"GraniteMoeForCausalLM", "granitemoe"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -375,7 +387,10 @@ static int read_windows(const ctx *c, hp *h)
  * every layer. The defaults are the config classes'. */
 static int read_moe(const ctx *c, hp *h)
 {
-    const int mixtral = strcmp(c->family, "mixtral") == 0, q2 = strcmp(c->family, "qwen2_moe") == 0;
+    /* Granite's MoE: Mixtral's keys and defaults, the softmax over the top k's scores (the
+     * renormalized top k of the softmax) */
+    const int mixtral = strcmp(c->family, "mixtral") == 0 || strcmp(c->family, "granitemoe") == 0;
+    const int q2 = strcmp(c->family, "qwen2_moe") == 0;
     const int qwen = q2 || strcmp(c->family, "qwen3_moe") == 0;
     int64_t step = 1;
     if (get_int(c, mixtral ? "num_local_experts" : "num_experts", 1, 1 << 16, 1,
@@ -412,7 +427,8 @@ static int read_moe(const ctx *c, hp *h)
 static int is_moe_family(const char *family)
 {
     return strcmp(family, "mixtral") == 0 || strcmp(family, "qwen3_moe") == 0 ||
-           strcmp(family, "olmoe") == 0 || strcmp(family, "qwen2_moe") == 0;
+           strcmp(family, "olmoe") == 0 || strcmp(family, "qwen2_moe") == 0 ||
+           strcmp(family, "granitemoe") == 0;
 }
 
 static int read_hparams(const ctx *c, hp *h)
@@ -450,7 +466,7 @@ static int read_hparams(const ctx *c, hp *h)
     if (!h->bias || !h->fused)
         return -1;
     return rope_layers(c, h) || (h->gemma ? read_gemma(c, h) : read_windows(c, h)) ||
-           (strcmp(c->family, "granite") == 0 && read_granite(c, h)) ||
+           (strncmp(c->family, "granite", 7) == 0 && read_granite(c, h)) ||
            (is_moe_family(c->family) && read_moe(c, h));
 }
 
@@ -628,15 +644,17 @@ static int check_experts(const ctx *c, hp *h, int32_t l)
         if (expect_name(c, name, j == 3 ? 1 : j == 2 ? d : s, j == 2 ? s : d))
             return -1;
     }
-    if (has_name(c, "mlp.experts.gate_up_proj", l) || has_name(c, "mlp.experts.down_proj", l)) {
-        h->sparse[l] = 2;
-        snprintf(name, sizeof name, "%slayers.%d.mlp.gate.weight", c->pre, (int)l);
+    for (size_t k = 0; k < N_STACKED; k++) {
+        if (!has_name(c, stacked_names[k].gate_up, l) && !has_name(c, stacked_names[k].down, l))
+            continue;
+        h->sparse[l] = (unsigned char)(2 + k);
+        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].router);
         if (expect_name(c, name, ne, d))
             return -1;
-        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj", c->pre, (int)l);
+        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].gate_up);
         if (expect_3d(c, name, ne, 2 * f, d))
             return -1;
-        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.down_proj", c->pre, (int)l);
+        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].down);
         return expect_3d(c, name, ne, d, f);
     }
     if (moe_tname(c->family, c->pre, THIN_ROLE_ROUTER, l, -1, name, sizeof name) ||
@@ -848,10 +866,11 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
     char w[192], gu[192], dn[192];
     json_t *names[3] = {json_array(), json_array(), json_array()};
     static const thin_role r[3] = {THIN_ROLE_GATE, THIN_ROLE_UP, THIN_ROLE_DOWN};
-    const int stacked = h->sparse[l] == 2;
+    const int stacked = h->sparse[l] >= 2;
+    const size_t k = stacked ? h->sparse[l] - 2u : 0;
     const json_int_t f = (json_int_t)h->moe_inter, d = (json_int_t)h->hidden;
-    snprintf(gu, sizeof gu, "%slayers.%d.mlp.experts.gate_up_proj", h->pre, (int)l);
-    snprintf(dn, sizeof dn, "%slayers.%d.mlp.experts.down_proj", h->pre, (int)l);
+    snprintf(gu, sizeof gu, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].gate_up);
+    snprintf(dn, sizeof dn, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].down);
     int rc = !names[0] || !names[1] || !names[2];
     for (int32_t e = 0; !rc && e < h->n_experts; e++)
         for (int j = 0; !rc && j < 3; j++)
@@ -860,7 +879,9 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
                          : moe_tname(h->family, h->pre, r[j], l, e, w, sizeof w) ||
                                json_array_append_new(names[j], json_string(w));
     json_t *op = NULL;
-    if (!rc && !moe_tname(stacked ? NULL : h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w))
+    if (stacked)
+        snprintf(w, sizeof w, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].router);
+    if (!rc && (stacked || !moe_tname(h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w)))
         op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
                        "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
                        h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);

@@ -25,6 +25,10 @@ static const suffix_role layer_names[] = {
     {"post_attention_layernorm", THIN_ROLE_FFN_NORM},
     {"self_attn.q_norm", THIN_ROLE_Q_NORM},
     {"self_attn.k_norm", THIN_ROLE_K_NORM},
+    /* Granite's MoE: its experts stacked, [E, 2 I, hidden] and [E, hidden, I], and its router */
+    {"block_sparse_moe.input_linear", THIN_ROLE_GATE_UP},
+    {"block_sparse_moe.output_linear", THIN_ROLE_DOWN},
+    {"block_sparse_moe.router.layer", THIN_ROLE_ROUTER},
 };
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
 
