@@ -161,13 +161,6 @@ static void top_k(const float *p, uint32_t n, uint32_t k, uint32_t *sel) {
     }
 }
 
-/* A batch's mixture of experts: the router's scores for every row, each row's top_k experts by
- * the softmax of its scores (their probabilities as weights, renormalized to sum 1 where
- * norm_topk), then expert by expert in index order the rows that chose it as one batch through
- * its gate, up and down, each row's output the sum of its experts' in that order (so a row's
- * result is that of its token run alone). Split over devices (p->shards), each holds a slice of
- * every expert's inner dims (gate and up rows, down columns) and the down products are the sum of
- * the devices' partial ones, as for the dense MLP. */
 /* Rows x (m of them, leading dimension d) through one expert's gate, up and down (w[0..2], inner
  * size I) into s->moe_d; split over devices (p->shards), each device's share of the inner dims,
  * the down products summed in device order. Uses moe_g and moe_u. */
@@ -192,6 +185,14 @@ static void expert_rows(cpu_session *s, const thin_wmat *w, const float *x, uint
     }
 }
 
+/* A batch's mixture of experts: the router's scores for every row, each row's top_k experts by
+ * the softmax of its scores (their probabilities as weights, renormalized to sum 1 where
+ * norm_topk), then expert by expert in index order the rows that chose it as one batch through
+ * its gate, up and down, each row's output the sum of its experts' in that order (so a row's
+ * result is that of its token run alone). Split over devices (p->shards), each holds a slice of
+ * every expert's inner dims (gate and up rows, down columns) and the down products are the sum of
+ * the devices' partial ones, as for the dense MLP. A shared expert (Qwen2-MoE's) runs on
+ * every row after them, scaled by the sigmoid of its gate's score. */
 static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
     const uint64_t *sz = s->p->buf_sizes;
     const uint64_t d = sz[op->in], dout = sz[op->out], I = op->moe_inter;
