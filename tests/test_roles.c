@@ -155,6 +155,10 @@ static void test_experts(void **state)
     check_expert("model.layers.4.mlp.experts.gate_up_proj", ROLES_KNOWN, THIN_ROLE_GATE_UP, 4, -1);
     check_expert("model.layers.4.mlp.experts.down_proj", ROLES_KNOWN, THIN_ROLE_DOWN, 4, -1);
     check_expert("model.layers.4.mlp.experts.up_proj", ROLES_UNKNOWN, THIN_ROLE_OTHER, 4, -1);
+    /* Granite's MoE, stacked under its own names */
+    check_expert("model.layers.5.block_sparse_moe.input_linear.weight", ROLES_KNOWN, THIN_ROLE_GATE_UP, 5, -1);
+    check_expert("model.layers.5.block_sparse_moe.output_linear.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 5, -1);
+    check_expert("model.layers.5.block_sparse_moe.router.layer.weight", ROLES_KNOWN, THIN_ROLE_ROUTER, 5, -1);
     thin_role r;
     int32_t l, e;
     assert_int_equal(roles_map_family("mixtral", "language_model.model.layers.2.block_sparse_moe.experts.3.w2.weight",
