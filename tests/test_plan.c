@@ -705,6 +705,27 @@ static void test_moe_op(void **state) {
     json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "shared_gate",
                         json_string("model.layers.0.mlp.gate.weight"));
     expect_error(t, THIN_E_BAD_MANIFEST, "shared_gate without a shared expert", 0);
+    /* DeepSeek-V3's routing: two identical experts with sigmoid scores, top 1 in 2 groups of 1, its
+     * weight renormalized to 1: the dense model's bits again; bad scoring, groups, bias refused */
+    t = tape_moe(0, 1, 1);
+    json_t *mo = json_array_get(json_object_get(t, "ops"), 11);
+    json_object_set_new(mo, "scoring", json_string("sigmoid"));
+    json_object_set_new(mo, "n_group", json_integer(1));
+    build(&sb, (variant){t, THIN_CODEC_NONE, 0, NULL, 0}, THIN_DTYPE_F32);
+    if (sb.st != THIN_OK) fail_msg("%s", sb.err);
+    assert_true(sb.p.ops[11].moe_sigmoid);
+    run3(&sb.p, got);
+    unbuild(&sb);
+    assert_memory_equal(got, ref, sizeof ref);
+    t = tape_moe(0, 1, 1);
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "scoring", json_string("relu"));
+    expect_error(t, THIN_E_BAD_MANIFEST, "scoring is neither", 0);
+    t = tape_moe(0, 2, 1); /* 2 groups of 1, one chosen: too few experts for top 2 */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "n_group", json_integer(2));
+    expect_error(t, THIN_E_BAD_MANIFEST, "groups (2, 1 chosen) do not fit 2 experts and top_k 2", 0);
+    t = tape_moe(0, 1, 1); /* a correction bias of the wrong length */
+    json_object_set_new(json_array_get(json_object_get(t, "ops"), 11), "score_bias", json_string(W(1)));
+    expect_error(t, THIN_E_BAD_MANIFEST, "role attn_norm", 0);
 }
 
 int main(void) {

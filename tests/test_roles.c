@@ -155,6 +155,9 @@ static void test_experts(void **state)
     check_expert("model.layers.4.mlp.experts.gate_up_proj", ROLES_KNOWN, THIN_ROLE_GATE_UP, 4, -1);
     check_expert("model.layers.4.mlp.experts.down_proj", ROLES_KNOWN, THIN_ROLE_DOWN, 4, -1);
     check_expert("model.layers.4.mlp.experts.up_proj", ROLES_UNKNOWN, THIN_ROLE_OTHER, 4, -1);
+    /* GLM-4.5's router bias and shared experts */
+    check_expert("model.layers.3.mlp.gate.e_score_correction_bias", ROLES_KNOWN, THIN_ROLE_ROUTER, 3, -1);
+    check_expert("model.layers.3.mlp.shared_experts.down_proj.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 3, -1);
     /* Granite's MoE, stacked under its own names */
     check_expert("model.layers.5.block_sparse_moe.input_linear.weight", ROLES_KNOWN, THIN_ROLE_GATE_UP, 5, -1);
     check_expert("model.layers.5.block_sparse_moe.output_linear.weight", ROLES_KNOWN, THIN_ROLE_DOWN, 5, -1);

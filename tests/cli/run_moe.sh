@@ -58,6 +58,12 @@ grep -q 'bias  *L0 .*k_proj.bias' "$T/tape.txt"
 STACKED=1 moe granitemoe-tiny 2 'moe  *L1 .*router=model.layers.1.block_sparse_moe.router.layer.weight top_k=2 norm_topk=true gate=\[4: \["model.layers.1.block_sparse_moe.input_linear.weight",0,32\]' 2
 grep -q 'add  *in=h out=x scale=0.59' "$T/tape.txt"
 "$BIN/thin-inspect" "$T/m.thin" | grep -q '^model.layers.0.block_sparse_moe.input_linear.weight  *gate_up  *0 F32  *\[4, 64, 64\]'
+# GLM-4.5: DeepSeek-V3's routing (sigmoid scores, the correction bias for the choice, groups, the
+# routed scale), an ungated shared expert, layer 0 dense, half of each head rotated, q/k/v biases
+moe glm4-moe-tiny 1 'moe  *L1 .*scoring=sigmoid score_bias=model.layers.1.mlp.gate.e_score_correction_bias n_group=2 topk_group=1 routed_scale=2.5' 2
+grep -q 'shared=\["model.layers.1.mlp.shared_experts.gate_proj.weight"' "$T/tape.txt"
+grep -q 'rope  *L0 .*rot_dim=8' "$T/tape.txt"
+"$BIN/thin-inspect" "$T/m.thin" | grep -q '^model.layers.1.mlp.gate.e_score_correction_bias  *router  *1 F32  *\[4\]'
 # OLMoE: q and k normalized whole (no split over devices), its top-k weights as they are
 moe olmoe-tiny 2 'moe  *L0 .*top_k=2 norm_topk=false'
 grep -q 'rmsnorm  *L0 .*self_attn.q_norm.weight in=q out=q' "$T/tape.txt"

@@ -41,8 +41,13 @@ typedef struct hp {
     /* a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) */
     int64_t n_experts, top_k, moe_inter; /* 0 experts: no mixture */
     int norm_topk;        /* the top-k weights renormalized to sum to 1 */
-    int64_t shared_inter; /* Qwen2-MoE's shared expert's intermediate size (0: none), its output
-                             scaled by sigmoid(shared_expert_gate · x) */
+    int64_t shared_inter; /* the shared expert's intermediate size (0: none): Qwen2-MoE's, its
+                             output scaled by sigmoid(shared_expert_gate · x), or GLM-4.5's
+                             shared experts (n_shared_experts × moe_intermediate_size), not gated */
+    int glm;              /* GLM-4.5: DeepSeek-V3's routing (sigmoid scores, a correction bias for
+                             the choice, groups, routed_scaling_factor) */
+    int64_t n_group, topk_group;
+    double routed_scale;
     unsigned char *sparse;/* n_layers flags: 1 = the layer's MLP is the mixture, 2 + k = with its
                              experts stacked as stacked_names[k] names them */
 } hp;
@@ -111,7 +116,7 @@ const char *arch_family(const char *a)
         {"Mistral3ForConditionalGeneration", "mistral"}, {"GraniteForCausalLM", "granite"},
         {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"},
         {"OlmoeForCausalLM", "olmoe"}, {"Qwen2MoeForCausalLM", "qwen2_moe"},
-        {"GraniteMoeForCausalLM", "granitemoe"},
+        {"GraniteMoeForCausalLM", "granitemoe"}, {"Glm4MoeForCausalLM", "glm4_moe"},
     };
     for (size_t i = 0; a && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(a, t[i].arch) == 0)
@@ -385,8 +390,36 @@ static int read_windows(const ctx *c, hp *h)
  * default 1); Qwen2-MoE's alike (60 experts, top 4, 1408) with a shared expert of
  * shared_expert_intermediate_size (5632); OLMoE's num_experts (64), top 8, norm_topk_prob (false),
  * every layer. The defaults are the config classes'. */
+/* GLM-4.5 (Glm4MoeConfig's defaults): n_routed_experts (else num_experts, 128), top 8,
+ * moe_intermediate_size 1408, norm_topk_prob true, n_shared_experts 1 of moe_intermediate_size each,
+ * the first first_k_dense_replace (1) layers dense, n_group / topk_group 1, routed_scaling_factor 1. */
+static int read_glm_moe(const ctx *c, hp *h)
+{
+    int64_t shared = 1, dense = 1;
+    const json_t *nt = json_object_get(c->config, "norm_topk_prob");
+    h->glm = 1;
+    if (get_int(c, json_object_get(c->config, "n_routed_experts") ? "n_routed_experts" : "num_experts", 1, 1 << 16,
+                1, 128, &h->n_experts) ||
+        get_int(c, "num_experts_per_tok", 1, h->n_experts, 1, 8, &h->top_k) ||
+        get_int(c, "moe_intermediate_size", 1, (int64_t)1 << 32, 1, 1408, &h->moe_inter) ||
+        get_int(c, "n_shared_experts", 0, 1 << 16, 1, 1, &shared) ||
+        get_int(c, "first_k_dense_replace", 0, h->n_layers, 1, 1, &dense) ||
+        get_int(c, "n_group", 1, 256, 1, 1, &h->n_group) || get_int(c, "topk_group", 1, h->n_group, 1, 1, &h->topk_group) ||
+        get_real(c, "routed_scaling_factor", 1.0, &h->routed_scale))
+        return -1;
+    h->norm_topk = !nt || json_is_true(nt);
+    h->shared_inter = shared * h->moe_inter;
+    if (!(h->sparse = malloc((size_t)h->n_layers)))
+        return -1;
+    for (int64_t l = 0; l < h->n_layers; l++)
+        h->sparse[l] = l >= dense;
+    return 0;
+}
+
 static int read_moe(const ctx *c, hp *h)
 {
+    if (strcmp(c->family, "glm4_moe") == 0)
+        return read_glm_moe(c, h);
     /* Granite's MoE: Mixtral's keys and defaults, the softmax over the top k's scores (the
      * renormalized top k of the softmax) */
     const int mixtral = strcmp(c->family, "mixtral") == 0 || strcmp(c->family, "granitemoe") == 0;
@@ -428,7 +461,7 @@ static int is_moe_family(const char *family)
 {
     return strcmp(family, "mixtral") == 0 || strcmp(family, "qwen3_moe") == 0 ||
            strcmp(family, "olmoe") == 0 || strcmp(family, "qwen2_moe") == 0 ||
-           strcmp(family, "granitemoe") == 0;
+           strcmp(family, "granitemoe") == 0 || strcmp(family, "glm4_moe") == 0;
 }
 
 static int read_hparams(const ctx *c, hp *h)
@@ -601,7 +634,8 @@ static int check_layer_features(const ctx *c, int32_t l, int *qk_norm, unsigned 
     int kn = has_name(c, "self_attn.k_norm.weight", l);
     const int needs = strcmp(c->family, "gemma3") == 0 || strcmp(c->family, "olmo2") == 0 ||
                       strcmp(c->family, "olmoe") == 0 || strcmp(c->family, "qwen3_moe") == 0;
-    if (qn != kn || (qn && strcmp(c->family, "qwen3") != 0 && !needs) || (!qn && needs)) {
+    const int may = strcmp(c->family, "qwen3") == 0 || strcmp(c->family, "glm4_moe") == 0; /* use_qk_norm */
+    if (qn != kn || (qn && !may && !needs) || (!qn && needs)) {
         warnf(c, "no execution tape: layer %d has q/k norms the %s family does not use", (int)l,
               c->family);
         return -1;
@@ -635,13 +669,20 @@ static int check_experts(const ctx *c, hp *h, int32_t l)
     char name[192];
     const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter, ne = (uint64_t)h->n_experts;
     static const char *const shared[4] = {"gate_proj", "up_proj", "down_proj", NULL};
-    for (int j = 0; h->shared_inter && j < 4; j++) { /* Qwen2-MoE's shared expert and its gate */
+    /* Qwen2-MoE's shared expert and its gate; GLM-4.5's shared experts (no gate) */
+    for (int j = 0; h->shared_inter && j < (h->glm ? 3 : 4); j++) {
         const uint64_t s = (uint64_t)h->shared_inter;
         if (j < 3)
-            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert.%s.weight", c->pre, (int)l, shared[j]);
+            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert%s.%s.weight", c->pre, (int)l,
+                     h->glm ? "s" : "", shared[j]);
         else
             snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert_gate.weight", c->pre, (int)l);
         if (expect_name(c, name, j == 3 ? 1 : j == 2 ? d : s, j == 2 ? s : d))
+            return -1;
+    }
+    if (h->glm) { /* the router's bias for the choice */
+        snprintf(name, sizeof name, "%slayers.%d.mlp.gate.e_score_correction_bias", c->pre, (int)l);
+        if (expect_name(c, name, ne, 0))
             return -1;
     }
     for (size_t k = 0; k < N_STACKED; k++) {
@@ -885,14 +926,26 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
         op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
                        "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
                        h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);
-    if (op && h->shared_inter) { /* Qwen2-MoE's shared expert, scaled by sigmoid(shared_gate · in) */
+    if (op && h->shared_inter) { /* Qwen2-MoE's shared expert, scaled by sigmoid(shared_gate · in);
+                                    GLM-4.5's shared experts as they are */
         char sg[192], su[192], sd[192];
-        snprintf(sg, sizeof sg, "%slayers.%d.mlp.shared_expert.gate_proj.weight", h->pre, (int)l);
-        snprintf(su, sizeof su, "%slayers.%d.mlp.shared_expert.up_proj.weight", h->pre, (int)l);
-        snprintf(sd, sizeof sd, "%slayers.%d.mlp.shared_expert.down_proj.weight", h->pre, (int)l);
-        snprintf(w, sizeof w, "%slayers.%d.mlp.shared_expert_gate.weight", h->pre, (int)l);
+        const char *pl = h->glm ? "s" : "";
+        snprintf(sg, sizeof sg, "%slayers.%d.mlp.shared_expert%s.gate_proj.weight", h->pre, (int)l, pl);
+        snprintf(su, sizeof su, "%slayers.%d.mlp.shared_expert%s.up_proj.weight", h->pre, (int)l, pl);
+        snprintf(sd, sizeof sd, "%slayers.%d.mlp.shared_expert%s.down_proj.weight", h->pre, (int)l, pl);
         json_object_set_new(op, "shared", json_pack("[sss]", sg, su, sd));
-        json_object_set_new(op, "shared_gate", json_string(w));
+        snprintf(w, sizeof w, "%slayers.%d.mlp.shared_expert_gate.weight", h->pre, (int)l);
+        if (!h->glm)
+            json_object_set_new(op, "shared_gate", json_string(w));
+    }
+    if (op && h->glm) { /* DeepSeek-V3's routing */
+        snprintf(w, sizeof w, "%slayers.%d.mlp.gate.e_score_correction_bias", h->pre, (int)l);
+        json_object_set_new(op, "scoring", json_string("sigmoid"));
+        json_object_set_new(op, "score_bias", json_string(w));
+        json_object_set_new(op, "n_group", json_integer(h->n_group));
+        json_object_set_new(op, "topk_group", json_integer(h->topk_group));
+        if (h->routed_scale != 1.0)
+            json_object_set_new(op, "routed_scale", json_real(h->routed_scale));
     }
     for (int j = 0; j < 3; j++)
         json_decref(names[j]);

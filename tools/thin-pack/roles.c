@@ -143,6 +143,10 @@ static const suffix_role shared_names[] = {
     {"mlp.shared_expert.up_proj", THIN_ROLE_UP},
     {"mlp.shared_expert.down_proj", THIN_ROLE_DOWN},
     {"mlp.shared_expert_gate", THIN_ROLE_ROUTER},
+    /* GLM-4.5's (DeepSeek-V3's naming): shared experts, plural, without a gate */
+    {"mlp.shared_experts.gate_proj", THIN_ROLE_GATE},
+    {"mlp.shared_experts.up_proj", THIN_ROLE_UP},
+    {"mlp.shared_experts.down_proj", THIN_ROLE_DOWN},
 };
 #define N_SHARED_NAMES (sizeof shared_names / sizeof shared_names[0])
 
@@ -206,6 +210,11 @@ roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, i
      * parameters without ".weight") */
     if (l >= 0 && (strcmp(rest, "mlp.experts.gate_up_proj") == 0 || strcmp(rest, "mlp.experts.down_proj") == 0)) {
         *role = rest[12] == 'g' ? THIN_ROLE_GATE_UP : THIN_ROLE_DOWN;
+        return ROLES_KNOWN;
+    }
+    /* DeepSeek-V3's and GLM-4.5's router bias, which only the choice of experts adds */
+    if (l >= 0 && strcmp(rest, "mlp.gate.e_score_correction_bias") == 0) {
+        *role = THIN_ROLE_ROUTER;
         return ROLES_KNOWN;
     }
     if (ends_with(name, n, ".weight.scale")) {

@@ -185,6 +185,34 @@ static void expert_rows(cpu_session *s, const thin_wmat *w, const float *x, uint
     }
 }
 
+/* DeepSeek-V3's choice of experts (GLM-4.5's): r becomes sigmoid(r), the choice is made on
+ * r + score_bias, only among the topk_group groups (of n_group, contiguous) whose two best choice
+ * scores sum highest, the others' choice scores taken as 0 as transformers masks them. */
+static void route_sigmoid(cpu_session *s, const plan_op *op, float *r, uint32_t *sel) {
+    const uint32_t E = op->n_experts, G = op->n_group, per = E / G;
+    float *c = s->moe_r + (size_t)CPU_BATCH * E; /* the choice scores, after the batch's rows */
+    float gs[256];
+    uint32_t gsel[256];
+    for (uint32_t e = 0; e < E; e++) {
+        r[e] = 1.0f / (1.0f + expf(-r[e]));
+        c[e] = r[e] + (op->score_bias.data ? thin_wmat_get(&op->score_bias, 0, e) : 0.0f);
+    }
+    if (G > 1) {
+        for (uint32_t g = 0; g < G; g++) { /* a group's worth: its two best choice scores */
+            uint32_t two[2];
+            top_k(c + (size_t)g * per, per, 2, two);
+            gs[g] = c[g * per + two[0]] + c[g * per + two[1]];
+        }
+        top_k(gs, G, op->topk_group, gsel);
+        for (uint32_t g = 0; g < G; g++) {
+            int keep = 0;
+            for (uint32_t j = 0; j < op->topk_group; j++) keep |= gsel[j] == g;
+            for (uint32_t e = 0; !keep && e < per; e++) c[g * per + e] = 0.0f;
+        }
+    }
+    top_k(c, E, op->top_k, sel);
+}
+
 /* A batch's mixture of experts: the router's scores for every row, each row's top_k experts by
  * the softmax of its scores (their probabilities as weights, renormalized to sum 1 where
  * norm_topk), then expert by expert in index order the rows that chose it as one batch through
@@ -201,13 +229,20 @@ static void moe_rows(cpu_session *s, const plan_op *op, uint32_t nb) {
     run_matmat(s, &j);
     for (uint32_t i = 0; i < nb; i++) {
         float *r = s->moe_r + (size_t)i * E, mx = r[0], sum = 0.0f, ksum = 0.0f;
-        for (uint32_t e = 1; e < E; e++) mx = r[e] > mx ? r[e] : mx;
-        for (uint32_t e = 0; e < E; e++) sum += r[e] = expf(r[e] - mx);
-        for (uint32_t e = 0; e < E; e++) r[e] /= sum;
         uint32_t *sel = s->moe_sel + (size_t)i * K;
-        top_k(r, E, K, sel);
+        if (op->moe_sigmoid) {
+            route_sigmoid(s, op, r, sel);
+        } else {
+            for (uint32_t e = 1; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+            for (uint32_t e = 0; e < E; e++) sum += r[e] = expf(r[e] - mx);
+            for (uint32_t e = 0; e < E; e++) r[e] /= sum;
+            top_k(r, E, K, sel);
+        }
         for (uint32_t k = 0; k < K; k++) ksum += r[sel[k]];
-        for (uint32_t k = 0; k < K; k++) s->moe_w[(size_t)i * K + k] = op->norm_topk ? r[sel[k]] / ksum : r[sel[k]];
+        if (op->moe_sigmoid) ksum += 1e-20f; /* as DeepSeek-V3 divides */
+        const float scale = op->routed_scale > 0 ? op->routed_scale : 1.0f;
+        for (uint32_t k = 0; k < K; k++)
+            s->moe_w[(size_t)i * K + k] = (op->norm_topk ? r[sel[k]] / ksum : r[sel[k]]) * scale;
     }
     memset(s->moe_acc, 0, (size_t)nb * dout * sizeof(float));
     for (uint32_t e = 0; e < E; e++) {
@@ -404,7 +439,7 @@ static int alloc_session(cpu_session *s, unsigned threads, char *err, size_t err
     }
     if (me) {
         const size_t B = CPU_BATCH;
-        if (!(s->moe_r = malloc(B * me * sizeof(float))) || !(s->moe_w = malloc(B * mk * sizeof(float))) ||
+        if (!(s->moe_r = malloc((B + 1) * me * sizeof(float))) || !(s->moe_w = malloc(B * mk * sizeof(float))) ||
             !(s->moe_x = malloc(B * md * sizeof(float))) || !(s->moe_g = malloc(B * mi * sizeof(float))) ||
             !(s->moe_u = malloc(B * mi * sizeof(float))) || !(s->moe_d = malloc(B * md * sizeof(float))) ||
             !(s->moe_acc = malloc(B * md * sizeof(float))) || !(s->moe_sel = malloc(B * mk * sizeof(uint32_t))) ||

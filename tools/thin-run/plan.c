@@ -671,6 +671,28 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     } else if (sg && !json_is_null(sg)) {
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe shared_gate without a shared expert", b->op);
     }
+    /* DeepSeek-V3's routing (GLM-4.5's): sigmoid scores, a bias for the choice, groups, a scale */
+    const char *scoring = json_string_value(json_object_get(o, "scoring"));
+    const json_t *sb = json_object_get(o, "score_bias");
+    if (json_object_get(o, "scoring") && (!scoring || (strcmp(scoring, "softmax") && strcmp(scoring, "sigmoid"))))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe scoring is neither \"softmax\" nor \"sigmoid\"", b->op);
+    op->moe_sigmoid = scoring && strcmp(scoring, "sigmoid") == 0;
+    op->n_group = op->topk_group = 1;
+    if ((json_object_get(o, "n_group") && (st = op_u32(b, o, "n_group", &op->n_group))) ||
+        (json_object_get(o, "topk_group") && (st = op_u32(b, o, "topk_group", &op->topk_group))) ||
+        (st = op_positive(b, o, "routed_scale", &op->routed_scale)))
+        return st;
+    if (op->n_group > 256 || op->n_experts % op->n_group || op->topk_group > op->n_group ||
+        (uint64_t)op->topk_group * (op->n_experts / op->n_group) < op->top_k ||
+        (op->n_group > 1 && op->n_experts / op->n_group < 2))
+        return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe groups (%u, %u chosen) do not fit %u experts and top_k %u",
+                    b->op, op->n_group, op->topk_group, op->n_experts, op->top_k);
+    if (sb && !json_is_null(sb)) {
+        const char *wn;
+        if ((st = bind_weight(b, json_string_value(sb) ? json_string_value(sb) : "", 0, op->n_experts, roles_router,
+                              NULL, 0, NULL, &op->score_bias, &role, &wn)))
+            return st;
+    }
     const uint32_t share[2] = {op->top_k, op->n_experts};
     for (uint32_t e = 0; e < op->n_experts; e++)
         for (int j = 0; j < 3; j++)

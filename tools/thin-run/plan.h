@@ -79,6 +79,15 @@ typedef struct plan_op {
      * sigmoid(shared_gate · in) where shared_gate ([1, in]) has data */
     thin_wmat shared[3], shared_gate;
     uint32_t shared_inter;
+    /* MOE routing as DeepSeek-V3 and GLM-4.5 have it (moe_sigmoid): each expert's score
+     * sigmoid(router · in), the choice made on score + score_bias (a [n_experts] vector, where
+     * score_bias has data) within the best topk_group of n_group groups of experts (a group's
+     * worth: its two best choice scores), the weights the chosen scores (renormalized where
+     * norm_topk) times routed_scale (0: 1) */
+    int moe_sigmoid;
+    thin_wmat score_bias;
+    uint32_t n_group, topk_group;
+    float routed_scale;
 } plan_op;
 
 /* A ROPE op's factor on cos and sin and its rotated dims of a head, with their zero defaults
