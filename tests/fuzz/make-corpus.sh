@@ -59,7 +59,7 @@ sed 's/LlamaForCausalLM/SmolLM3ForCausalLM/' "$W/m/config.json" |
 { cat fixtures/olmo2-tiny/config.json; printf '\0'; header fixtures/olmo2-tiny/model.safetensors; } >"$C/fuzz_arch/olmo2"
 # mixtures of experts: one tensor an expert (Qwen3-MoE with a dense layer, Mixtral's names,
 # Qwen2-MoE's shared expert) and stacked as transformers 5 saves them
-for f in qwen3-moe mixtral qwen2-moe; do
+for f in qwen3-moe mixtral qwen2-moe glm4-moe granitemoe; do
     { cat "fixtures/$f-tiny/config.json"; printf '\0'; header "fixtures/$f-tiny/model.safetensors"; } >"$C/fuzz_arch/$f"
 done
 { cat "$W/stacked/config.json"; printf '\0'; header "$W/stacked/model.safetensors"; } >"$C/fuzz_arch/qwen3-moe-stacked"
