@@ -384,12 +384,6 @@ static int read_windows(const ctx *c, hp *h)
     return read_layer_types(c, h, 0, from);
 }
 
-/* A mixture of experts: Mixtral's num_local_experts (default 8) and top 2, renormalized; Qwen3-MoE's
- * num_experts (128), num_experts_per_tok (8), moe_intermediate_size (768), norm_topk_prob (false)
- * and its sparse layers (not in mlp_only_layers, and (L + 1) a multiple of decoder_sparse_step,
- * default 1); Qwen2-MoE's alike (60 experts, top 4, 1408) with a shared expert of
- * shared_expert_intermediate_size (5632); OLMoE's num_experts (64), top 8, norm_topk_prob (false),
- * every layer. The defaults are the config classes'. */
 /* GLM-4.5 (Glm4MoeConfig's defaults): n_routed_experts (else num_experts, 128), top 8,
  * moe_intermediate_size 1408, norm_topk_prob true, n_shared_experts 1 of moe_intermediate_size each,
  * the first first_k_dense_replace (1) layers dense, n_group / topk_group 1, routed_scaling_factor 1. */
@@ -416,6 +410,13 @@ static int read_glm_moe(const ctx *c, hp *h)
     return 0;
 }
 
+/* A mixture of experts: Mixtral's num_local_experts (default 8) and top 2, renormalized (Granite's
+ * MoE alike); Qwen3-MoE's num_experts (128), num_experts_per_tok (8), moe_intermediate_size (768),
+ * norm_topk_prob (false) and its sparse layers (not in mlp_only_layers, and (L + 1) a multiple of
+ * decoder_sparse_step, default 1); Qwen2-MoE's alike (60 experts, top 4, 1408) with a shared
+ * expert of shared_expert_intermediate_size (5632); OLMoE's num_experts (64), top 8,
+ * norm_topk_prob (false), every layer; GLM-4.5's (read_glm_moe). The defaults are the config
+ * classes'. */
 static int read_moe(const ctx *c, hp *h)
 {
     if (strcmp(c->family, "glm4_moe") == 0)
@@ -559,6 +560,35 @@ static int moe_tname(const char *family, const char *pre, thin_role role, int32_
 
 static int expect_name(const ctx *c, const char *name, uint64_t rows, uint64_t cols);
 
+/* "<pre>layers.<l>.<suffix>": a layer's tensor by its name after the layer prefix. */
+static void layer_tname(const char *pre, int32_t l, const char *suffix, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%slayers.%d.%s", pre, (int)l, suffix);
+}
+
+/* Layer l's shared expert weight j (0 gate, 1 up, 2 down; 3 Qwen2-MoE's gate on its output):
+ * Qwen2-MoE's mlp.shared_expert.*, or GLM-4.5's mlp.shared_experts.* (which has no gate). */
+static void shared_tname(const char *pre, int glm, int32_t l, int j, char *buf, size_t cap)
+{
+    static const char *const qwen[4] = {"mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
+                                        "mlp.shared_expert.down_proj.weight", "mlp.shared_expert_gate.weight"};
+    static const char *const glm4[3] = {"mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight",
+                                        "mlp.shared_experts.down_proj.weight"};
+    layer_tname(pre, l, glm ? glm4[j] : qwen[j], buf, cap);
+}
+
+/* GLM-4.5's router bias, added to the scores for the choice of experts only. */
+static const char score_bias_suffix[] = "mlp.gate.e_score_correction_bias";
+
+/* Looks tensor `name` up into rank and shape, or says it is missing and returns -1. */
+static int lookup_or_warn(const ctx *c, const char *name, uint32_t *rank, uint64_t shape[THIN_MAX_RANK])
+{
+    if (c->lookup(c->user, name, rank, shape))
+        return 0;
+    warnf(c, "no execution tape: tensor %s is missing", name);
+    return -1;
+}
+
 /* Checks that tensor `role` of `layer` exists with the expected 1-D or 2-D shape. */
 static int expect(const ctx *c, thin_role role, int32_t layer, uint64_t rows, uint64_t cols)
 {
@@ -573,10 +603,8 @@ static int expect_name(const ctx *c, const char *name, uint64_t rows, uint64_t c
 {
     uint32_t rank = 0;
     uint64_t shape[THIN_MAX_RANK];
-    if (!c->lookup(c->user, name, &rank, shape)) {
-        warnf(c, "no execution tape: tensor %s is missing", name);
+    if (lookup_or_warn(c, name, &rank, shape))
         return -1;
-    }
     int ok = cols == 0 ? rank == 1 && shape[0] == rows
                        : rank == 2 && shape[0] == rows && shape[1] == cols;
     if (!ok) {
@@ -593,10 +621,10 @@ static int expect_name(const ctx *c, const char *name, uint64_t rows, uint64_t c
 /* Whether layer `layer` has the tensor "<prefix>layers.<layer>." + suffix. */
 static int has_name(const ctx *c, const char *suffix, int32_t layer)
 {
-    char name[160];
+    char name[192];
     uint32_t rank;
     uint64_t shape[THIN_MAX_RANK];
-    snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)layer, suffix);
+    layer_tname(c->pre, layer, suffix, name, sizeof name);
     return c->lookup(c->user, name, &rank, shape);
 }
 
@@ -649,10 +677,8 @@ static int expect_3d(const ctx *c, const char *name, uint64_t a, uint64_t b, uin
 {
     uint32_t rank = 0;
     uint64_t shape[THIN_MAX_RANK];
-    if (!c->lookup(c->user, name, &rank, shape)) {
-        warnf(c, "no execution tape: tensor %s is missing", name);
+    if (lookup_or_warn(c, name, &rank, shape))
         return -1;
-    }
     if (rank != 3 || shape[0] != a || shape[1] != b || shape[2] != d3) {
         warnf(c, "no execution tape: tensor %s is not [%llu, %llu, %llu] as config.json implies", name,
               (unsigned long long)a, (unsigned long long)b, (unsigned long long)d3);
@@ -668,20 +694,15 @@ static int check_experts(const ctx *c, hp *h, int32_t l)
 {
     char name[192];
     const uint64_t d = (uint64_t)h->hidden, f = (uint64_t)h->moe_inter, ne = (uint64_t)h->n_experts;
-    static const char *const shared[4] = {"gate_proj", "up_proj", "down_proj", NULL};
     /* Qwen2-MoE's shared expert and its gate; GLM-4.5's shared experts (no gate) */
     for (int j = 0; h->shared_inter && j < (h->glm ? 3 : 4); j++) {
         const uint64_t s = (uint64_t)h->shared_inter;
-        if (j < 3)
-            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert%s.%s.weight", c->pre, (int)l,
-                     h->glm ? "s" : "", shared[j]);
-        else
-            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert_gate.weight", c->pre, (int)l);
+        shared_tname(c->pre, h->glm, l, j, name, sizeof name);
         if (expect_name(c, name, j == 3 ? 1 : j == 2 ? d : s, j == 2 ? s : d))
             return -1;
     }
     if (h->glm) { /* the router's bias for the choice */
-        snprintf(name, sizeof name, "%slayers.%d.mlp.gate.e_score_correction_bias", c->pre, (int)l);
+        layer_tname(c->pre, l, score_bias_suffix, name, sizeof name);
         if (expect_name(c, name, ne, 0))
             return -1;
     }
@@ -689,13 +710,13 @@ static int check_experts(const ctx *c, hp *h, int32_t l)
         if (!has_name(c, stacked_names[k].gate_up, l) && !has_name(c, stacked_names[k].down, l))
             continue;
         h->sparse[l] = (unsigned char)(2 + k);
-        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].router);
+        layer_tname(c->pre, l, stacked_names[k].router, name, sizeof name);
         if (expect_name(c, name, ne, d))
             return -1;
-        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].gate_up);
+        layer_tname(c->pre, l, stacked_names[k].gate_up, name, sizeof name);
         if (expect_3d(c, name, ne, 2 * f, d))
             return -1;
-        snprintf(name, sizeof name, "%slayers.%d.%s", c->pre, (int)l, stacked_names[k].down);
+        layer_tname(c->pre, l, stacked_names[k].down, name, sizeof name);
         return expect_3d(c, name, ne, d, f);
     }
     if (moe_tname(c->family, c->pre, THIN_ROLE_ROUTER, l, -1, name, sizeof name) ||
@@ -910,8 +931,8 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
     const int stacked = h->sparse[l] >= 2;
     const size_t k = stacked ? h->sparse[l] - 2u : 0;
     const json_int_t f = (json_int_t)h->moe_inter, d = (json_int_t)h->hidden;
-    snprintf(gu, sizeof gu, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].gate_up);
-    snprintf(dn, sizeof dn, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].down);
+    layer_tname(h->pre, l, stacked_names[k].gate_up, gu, sizeof gu);
+    layer_tname(h->pre, l, stacked_names[k].down, dn, sizeof dn);
     int rc = !names[0] || !names[1] || !names[2];
     for (int32_t e = 0; !rc && e < h->n_experts; e++)
         for (int j = 0; !rc && j < 3; j++)
@@ -921,25 +942,24 @@ static int push_moe(json_t *ops, const hp *h, int32_t l)
                                json_array_append_new(names[j], json_string(w));
     json_t *op = NULL;
     if (stacked)
-        snprintf(w, sizeof w, "%slayers.%d.%s", h->pre, (int)l, stacked_names[k].router);
+        layer_tname(h->pre, l, stacked_names[k].router, w, sizeof w);
     if (!rc && (stacked || !moe_tname(h->family, h->pre, THIN_ROLE_ROUTER, l, -1, w, sizeof w)))
         op = json_pack("{ss ss ss si ss sI sb sO sO sO}", "op", "moe", "in", "h", "out", "h",
                        "layer", (int)l, "router", w, "top_k", (json_int_t)h->top_k, "norm_topk",
                        h->norm_topk, "gate", names[0], "up", names[1], "down", names[2]);
     if (op && h->shared_inter) { /* Qwen2-MoE's shared expert, scaled by sigmoid(shared_gate · in);
                                     GLM-4.5's shared experts as they are */
-        char sg[192], su[192], sd[192];
-        const char *pl = h->glm ? "s" : "";
-        snprintf(sg, sizeof sg, "%slayers.%d.mlp.shared_expert%s.gate_proj.weight", h->pre, (int)l, pl);
-        snprintf(su, sizeof su, "%slayers.%d.mlp.shared_expert%s.up_proj.weight", h->pre, (int)l, pl);
-        snprintf(sd, sizeof sd, "%slayers.%d.mlp.shared_expert%s.down_proj.weight", h->pre, (int)l, pl);
-        json_object_set_new(op, "shared", json_pack("[sss]", sg, su, sd));
-        snprintf(w, sizeof w, "%slayers.%d.mlp.shared_expert_gate.weight", h->pre, (int)l);
-        if (!h->glm)
+        char sn[3][192];
+        for (int j = 0; j < 3; j++)
+            shared_tname(h->pre, h->glm, l, j, sn[j], sizeof sn[j]);
+        json_object_set_new(op, "shared", json_pack("[sss]", sn[0], sn[1], sn[2]));
+        if (!h->glm) {
+            shared_tname(h->pre, 0, l, 3, w, sizeof w);
             json_object_set_new(op, "shared_gate", json_string(w));
+        }
     }
     if (op && h->glm) { /* DeepSeek-V3's routing */
-        snprintf(w, sizeof w, "%slayers.%d.mlp.gate.e_score_correction_bias", h->pre, (int)l);
+        layer_tname(h->pre, l, score_bias_suffix, w, sizeof w);
         json_object_set_new(op, "scoring", json_string("sigmoid"));
         json_object_set_new(op, "score_bias", json_string(w));
         json_object_set_new(op, "n_group", json_integer(h->n_group));

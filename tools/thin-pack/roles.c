@@ -150,6 +150,16 @@ static const suffix_role shared_names[] = {
 };
 #define N_SHARED_NAMES (sizeof shared_names / sizeof shared_names[0])
 
+/* A layer's parameters named without ".weight": experts stacked as transformers 5 saves them
+ * ([E, 2 I, hidden] and [E, hidden, I]), and DeepSeek-V3's and GLM-4.5's router bias, which only
+ * the choice of experts adds. */
+static const suffix_role bare_names[] = {
+    {"mlp.experts.gate_up_proj", THIN_ROLE_GATE_UP},
+    {"mlp.experts.down_proj", THIN_ROLE_DOWN},
+    {"mlp.gate.e_score_correction_bias", THIN_ROLE_ROUTER},
+};
+#define N_BARE_NAMES (sizeof bare_names / sizeof bare_names[0])
+
 /* Role of a layer's mixture-of-experts weight rest[0..rn) (router, or an expert's gate, up or
  * down, with *expert set; a shared expert's, without), or -1. */
 static int moe_role(const char *rest, size_t rn, int32_t *expert)
@@ -205,16 +215,9 @@ roles_kind roles_map_expert(const char *name, thin_role *role, int32_t *layer, i
     *role = THIN_ROLE_OTHER;
     *layer = l;
     *expert = -1;
-    int r;
-    /* a layer's experts stacked (transformers 5: [experts, 2 I, hidden] and [experts, hidden, I],
-     * parameters without ".weight") */
-    if (l >= 0 && (strcmp(rest, "mlp.experts.gate_up_proj") == 0 || strcmp(rest, "mlp.experts.down_proj") == 0)) {
-        *role = rest[12] == 'g' ? THIN_ROLE_GATE_UP : THIN_ROLE_DOWN;
-        return ROLES_KNOWN;
-    }
-    /* DeepSeek-V3's and GLM-4.5's router bias, which only the choice of experts adds */
-    if (l >= 0 && strcmp(rest, "mlp.gate.e_score_correction_bias") == 0) {
-        *role = THIN_ROLE_ROUTER;
+    int r = l >= 0 ? suffix_role_of(bare_names, N_BARE_NAMES, rest, strlen(rest)) : -1;
+    if (r >= 0) {
+        *role = (thin_role)r;
         return ROLES_KNOWN;
     }
     if (ends_with(name, n, ".weight.scale")) {
