@@ -192,11 +192,8 @@ static thin_status check_links(thin_layout *L, thin_entry *e, const char **why)
         const thin_tensor_info *t = &L->entries[k].info;
         if (t->dtype != THIN_DTYPE_F32 || t->rank != 1 || t->role != THIN_ROLE_SCALE)
             FAIL(THIN_E_BAD_MANIFEST, "scale target is not a rank-1 F32 tensor of role scale");
-        /* one scale a row: the product of every dim but the last (a stack of matrices' rows
-         * counted together), a vector's length */
-        uint64_t rows = e->info.rank ? e->info.shape[0] : 0;
-        for (uint32_t i = 1; i + 1 < e->info.rank; i++) rows *= e->info.shape[i];
-        if (e->info.rank < 1 || t->shape[0] != rows)
+        /* one scale a row (a stack of matrices' rows counted together) */
+        if (e->info.rank < 1 || t->shape[0] != thin_tensor_rows(&e->info))
             FAIL(THIN_E_BAD_MANIFEST, "scale length differs from the tensor's rows");
     }
     return THIN_OK;

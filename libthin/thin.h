@@ -204,6 +204,17 @@ typedef struct thin_tensor_info {
                              of one expert), or -1 */
 } thin_tensor_info;
 
+/* The rows of a tensor as its per-row scales count them (SPEC §7.1): a vector's length, else the
+ * product of every dim but the last (a stack of matrices [E, R, C] has E·R rows); 0 for rank 0.
+ * No overflow for a tensor the reader accepted (its byte size fits 64 bits). */
+static inline uint64_t thin_tensor_rows(const thin_tensor_info *t)
+{
+    uint64_t n = t->rank ? t->shape[0] : 0;
+    for (uint32_t i = 1; i + 1 < t->rank; i++)
+        n *= t->shape[i];
+    return n;
+}
+
 typedef struct thin_chunk_info {
     uint64_t offset;      /* absolute offset of the payload in the file */
     uint64_t stored_size;

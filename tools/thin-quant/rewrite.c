@@ -117,7 +117,7 @@ static int nonfinite(run *r, const thin_tensor_info *t, uint64_t index)
 /* Quantizes the rows block by block; returns 0 with scales[rows] filled. */
 static int fp8_rows(run *r, const thin_tensor_info *t, tq_entry *e, float *scales)
 {
-    size_t rows = (size_t)tq_rows(t), cols = (size_t)t->shape[t->rank - 1];
+    size_t rows = (size_t)thin_tensor_rows(t), cols = (size_t)t->shape[t->rank - 1];
     size_t row_bytes = cols * thin_dtype_size(t->dtype);
     size_t block = row_bytes >= TQ_BLOCK_BYTES ? 1 : TQ_BLOCK_BYTES / row_bytes;
     for (size_t r0 = 0; r0 < rows; r0 += block) {
@@ -150,7 +150,7 @@ static int fp8_rows(run *r, const thin_tensor_info *t, tq_entry *e, float *scale
 static int fp8_tensor(run *r, const thin_tensor_info *t, tq_entry *e)
 {
     char scale_name[THIN_MAX_NAME + 8];
-    size_t rows = (size_t)tq_rows(t);
+    size_t rows = (size_t)thin_tensor_rows(t);
     if (snprintf(scale_name, sizeof scale_name, "%s.scale", t->name) > THIN_MAX_NAME) {
         cli_error("%s: tensor %s: name too long for its scale tensor", r->in.label, t->name);
         return -1;

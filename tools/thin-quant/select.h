@@ -82,16 +82,6 @@ int tq_selection_runtime_bf16(const tq_selection *s);
 /* Decides what happens to tensor t of a model with n_layers layers. *why (if not NULL) is set to
  * a short static reason when the rule chose the tensor for FP8 but it cannot be, else NULL.
  * Tied entries are always TQ_ACTION_COPY (they follow their target). */
-/* The rows of a matrix, or of a stack of them ([E, R, C]: E·R rows of C), that FP8 scales one by
- * one: the product of every dim but the last. */
-static inline uint64_t tq_rows(const thin_tensor_info *t)
-{
-    uint64_t n = 1;
-    for (uint32_t i = 0; i + 1 < t->rank; i++)
-        n *= t->shape[i];
-    return n;
-}
-
 tq_action tq_select(const tq_selection *s, const thin_tensor_info *t, uint32_t n_layers,
                     const char **why);
 

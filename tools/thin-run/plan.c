@@ -212,9 +212,7 @@ static thin_status bind_weight(builder *b, const char *name, uint64_t rows, uint
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: tensor '%s' has role %s, unfit for the op",
                     b->op, name, thin_role_name(*role));
     int is_vec = rows == 0;
-    uint64_t lead = 1; /* a view's rows: the product of all dims but the last (stacked experts) */
-    for (uint32_t i = 0; view && i + 1 < ti.rank; i++)
-        lead = ti.shape[i] && lead > UINT64_MAX / ti.shape[i] ? UINT64_MAX : lead * ti.shape[i];
+    const uint64_t lead = thin_tensor_rows(&ti); /* a view's rows: a stack's counted together */
     if (view && (ti.rank < 2 || lead < view[1] || ti.shape[ti.rank - 1] != cols))
         return fail(b, THIN_E_SHAPE, "tape op %u: tensor '%s' has no rows %llu..%llu of %llu columns",
                     b->op, name, (unsigned long long)view[0], (unsigned long long)view[1],
@@ -574,21 +572,54 @@ static const thin_role roles_expert[3][4] = {{THIN_ROLE_GATE, THIN_ROLE_GATE_UP,
                                              {THIN_ROLE_DOWN, THIN_ROLE_OTHER, THIN_ROLE_COUNT_}};
 
 /* An expert's weight in a moe op's list: a name, or [name, first, end] (rows [first, end) of a
- * stacked tensor seen as a matrix); rows and cols as bind_weight takes them. */
-static thin_status expert_weight(builder *b, const json_t *v, uint64_t rows, uint64_t cols, const thin_role *allowed,
-                                 const uint32_t *share, thin_wmat *w) {
-    const char *name = json_string_value(json_is_array(v) ? json_array_get(v, 0) : v), *wn;
+ * stacked tensor seen as a matrix): its name, and *is_view with view set for the second form. */
+static thin_status expert_ref(builder *b, const json_t *v, const char **name, uint64_t view[2], int *is_view) {
     const json_t *r0 = json_array_get(v, 1), *r1 = json_array_get(v, 2);
-    thin_role role;
-    if (!name || (json_is_array(v) && (json_array_size(v) != 3 || !json_is_integer(r0) || !json_is_integer(r1) ||
-                                       json_integer_value(r0) < 0 || json_integer_value(r1) <= json_integer_value(r0))))
+    *is_view = json_is_array(v);
+    *name = json_string_value(*is_view ? json_array_get(v, 0) : v);
+    if (!*name || (*is_view && (json_array_size(v) != 3 || !json_is_integer(r0) || !json_is_integer(r1) ||
+                                json_integer_value(r0) < 0 || json_integer_value(r1) <= json_integer_value(r0))))
         return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: an expert's weight is neither a name nor [name, first, end]",
                     b->op);
-    const uint64_t view[2] = {(uint64_t)json_integer_value(r0), (uint64_t)json_integer_value(r1)};
-    if (json_is_array(v) && rows && view[1] - view[0] != rows)
+    view[0] = (uint64_t)json_integer_value(r0), view[1] = (uint64_t)json_integer_value(r1);
+    return THIN_OK;
+}
+
+/* The rows of an expert's weight v (its inner size, for a gate): the view's rows, or the named
+ * matrix's. */
+static thin_status expert_rows(builder *b, const json_t *v, uint32_t *rows) {
+    const char *name;
+    uint64_t view[2], n = 0;
+    int is_view;
+    thin_tensor_info ti;
+    thin_role role;
+    thin_status st = expert_ref(b, v, &name, view, &is_view);
+    if (st) return st;
+    if (is_view)
+        n = view[1] - view[0];
+    else if ((st = find_tensor(b, name, &ti, &role)))
+        return st;
+    else if (ti.rank == 2)
+        n = ti.shape[0];
+    if (n == 0 || n > UINT32_MAX)
+        return fail(b, THIN_E_SHAPE, "tape op %u: expert weight '%s' is not a matrix", b->op, name);
+    *rows = (uint32_t)n;
+    return THIN_OK;
+}
+
+/* Binds an expert's weight v (expert_ref's forms); rows and cols as bind_weight takes them. */
+static thin_status expert_weight(builder *b, const json_t *v, uint64_t rows, uint64_t cols, const thin_role *allowed,
+                                 const uint32_t *share, thin_wmat *w) {
+    const char *name, *wn;
+    uint64_t view[2];
+    int is_view;
+    thin_role role;
+    thin_status st = expert_ref(b, v, &name, view, &is_view);
+    if (st) return st;
+    if (is_view && rows && view[1] - view[0] != rows)
         return fail(b, THIN_E_SHAPE, "tape op %u: expert rows %llu..%llu of '%s' are not %llu rows", b->op,
                     (unsigned long long)view[0], (unsigned long long)view[1], name, (unsigned long long)rows);
-    return bind_weight(b, name, rows, cols, allowed, json_is_array(v) ? view : NULL, 0, share, w, &role, &wn);
+    return bind_weight(b, name, rows, cols, allowed, is_view ? view : NULL, 0, share, w, &role, &wn);
 }
 
 /* A mixture of experts: in and out of one size, the router [experts, in] and for each expert its
@@ -624,23 +655,8 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     if ((st = bind_weight(b, router, op->n_experts, d, roles_router, NULL, 0, NULL, &op->w, &op->w_role,
                           &op->w_name)))
         return st;
-    thin_tensor_info ti;
     thin_role role;
-    const json_t *g = json_array_get(lists[0], 0);
-    const char *g0 = json_string_value(json_is_array(g) ? json_array_get(g, 0) : g);
-    if (!g0) return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe gate[0] is not a name", b->op);
-    if ((st = find_tensor(b, g0, &ti, &role))) return st;
-    uint64_t inter = 0;
-    if (json_is_array(g)) { /* rows of a stacked tensor: their count (checked by expert_weight) */
-        const json_t *r0 = json_array_get(g, 1), *r1 = json_array_get(g, 2);
-        if (json_is_integer(r0) && json_is_integer(r1) && json_integer_value(r1) > json_integer_value(r0))
-            inter = (uint64_t)(json_integer_value(r1) - json_integer_value(r0));
-    } else if (ti.rank == 2) {
-        inter = ti.shape[0];
-    }
-    if (inter == 0 || inter > UINT32_MAX)
-        return fail(b, THIN_E_SHAPE, "tape op %u: expert weight '%s' is not a matrix", b->op, g0);
-    op->moe_inter = (uint32_t)inter;
+    if ((st = expert_rows(b, json_array_get(lists[0], 0), &op->moe_inter))) return st;
     thin_wmat *ex = calloc((size_t)op->n_experts * 3, sizeof *ex);
     thin_wmat **all = realloc(b->own->experts, (b->own->n_experts + 1) * sizeof *all);
     if (!ex || !all) {
@@ -653,13 +669,10 @@ static thin_status compile_moe(builder *b, const json_t *o, plan_op *op) {
     op->experts = ex;
     const json_t *sh = json_object_get(o, "shared"), *sg = json_object_get(o, "shared_gate");
     if (sh && !json_is_null(sh)) { /* a shared expert: [gate, up, down], its gate optional */
-        const char *n0 = json_string_value(json_array_get(sh, 0)), *wn;
-        if (json_array_size(sh) != 3 || !n0)
+        const char *wn;
+        if (json_array_size(sh) != 3)
             return fail(b, THIN_E_BAD_MANIFEST, "tape op %u: moe shared is not [gate, up, down]", b->op);
-        if ((st = find_tensor(b, n0, &ti, &role))) return st;
-        if (ti.rank != 2 || ti.shape[0] == 0 || ti.shape[0] > UINT32_MAX)
-            return fail(b, THIN_E_SHAPE, "tape op %u: shared expert weight '%s' is not a matrix", b->op, n0);
-        op->shared_inter = (uint32_t)ti.shape[0];
+        if ((st = expert_rows(b, json_array_get(sh, 0), &op->shared_inter))) return st;
         for (int j = 0; j < 3; j++)
             if ((st = expert_weight(b, json_array_get(sh, j), j == 2 ? d : op->shared_inter,
                                     j == 2 ? op->shared_inter : d, roles_expert[j], NULL, &op->shared[j])))
