@@ -255,10 +255,12 @@ static int env_on(const char *name) {
     return e && strcmp(e, "1") == 0;
 }
 
-/* Opt-in until they have run on a GPU: Gemma's ops (env THIN_CUDA_GEMMA=1: the GELU gate, norms
- * counted from an offset and the q norm carrying the attention's scale (folded into the uploaded
- * weights; without a q norm the attention kernels take it, attn_scale_arg), the scaled embedding,
- * Gemma 2's soft caps on the scores and the logits) and sliding windows shorter than the context
+/* Opt-in until they have run on a GPU: Gemma's and Granite's ops (env THIN_CUDA_GEMMA=1: the GELU
+ * gate, norms counted from an offset and the q norm carrying the attention's scale (folded into the
+ * uploaded weights; without a q norm the attention kernels take it, attn_scale_arg), the scaled
+ * embedding, Gemma 2's soft caps on the scores and the logits, Granite's scaled residual adds (an
+ * add step of their own, not the linears' epilogues) and scaled logits) and sliding windows shorter
+ * than the context
  * (env THIN_CUDA_WINDOW=1: the attention kernels take them, attn_args.window). */
 extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len) {
     const int gemma = env_on("THIN_CUDA_GEMMA"), window = env_on("THIN_CUDA_WINDOW");
@@ -272,12 +274,11 @@ extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t 
                                                                                        ? "attention scale other than 1/sqrt(head_dim)"
                            : o->kind == PLAN_ATTENTION && o->softcap > 0 && !gemma     ? "attention soft cap"
                            : o->kind == PLAN_SOFTCAP && !gemma                         ? "logit soft cap"
+                           : o->kind == PLAN_ADD && plan_add_scaled(o) && !gemma       ? "scaled residual add"
+                           : o->kind == PLAN_SCALE && !gemma                           ? "scaled logits"
                                                                                         : NULL;
-        /* Granite's multipliers, mixtures of experts: no kernels yet */
-        const char *none = o->kind == PLAN_ADD && o->factor > 0 && o->factor != 1.0f ? "scaled residual add"
-                           : o->kind == PLAN_SCALE                                   ? "scaled logits"
-                           : o->kind == PLAN_MOE                                     ? "mixture of experts"
-                                                                                     : NULL;
+        /* mixtures of experts: no kernels yet */
+        const char *none = o->kind == PLAN_MOE ? "mixture of experts" : NULL;
         if (what || none) {
             snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what ? what : none,
                      i, what && !gemma ? "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU" : "");

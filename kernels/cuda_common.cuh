@@ -578,7 +578,8 @@ cudaError_t launch_head_rmsnorm(float *x, uint32_t ldx, const dmat *w, uint32_t 
                                 uint32_t head_dim, float eps, uint32_t n, cudaStream_t st);
 /* out[r][i] += b[i] for rows r < n, i < cols (b: a 1 × cols weight, F32, F16 or BF16). */
 cudaError_t launch_bias(float *out, uint32_t ldo, const dmat *b, uint32_t cols, uint32_t n, cudaStream_t st);
-cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
+/* out[r][i] += f * in[r][i] for rows r < n (f = 1: op_add; else op_add_scaled). */
+cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols, float f,
                        uint32_t n, cudaStream_t st);
 cudaError_t launch_silu_mul(float *g, uint32_t ldg, const float *u, uint32_t ldu, uint32_t cols,
                             uint32_t n, cudaStream_t st);
@@ -586,6 +587,8 @@ cudaError_t launch_gelu_tanh_mul(float *g, uint32_t ldg, const float *u, uint32_
                                  uint32_t n, cudaStream_t st);
 /* x = cap * tanh(x / cap) in place, rows r < n (op_softcap: Gemma 2's logits). */
 cudaError_t launch_softcap(float *x, uint32_t ldx, uint32_t cols, float cap, uint32_t n, cudaStream_t st);
+/* x *= f in place, rows r < n (op_scale: Granite's logits). */
+cudaError_t launch_scale(float *x, uint32_t ldx, uint32_t cols, float f, uint32_t n, cudaStream_t st);
 
 /* RoPE on q and k (either may be skipped with a NULL frequency table) and the KV store (rope.cu).
  * Row i sits at position *pos + i. inv_freq tables hold head_dim/2 doubles. k/v caches: NULL to

@@ -6,6 +6,7 @@
  *   rmsnorm(x → h); linear(h → q); linear(h → k); linear(h → v)   one launch over the rows of all
  *       three, the norm recomputed per block (when h is not read afterwards)
  *   linear(a → h); add(h → x)                                      residual added in the epilogue
+ *       (not a scaled add, Granite's: that runs as an add step of its own)
  *   linears as above; bias(q); bias(k); bias(v)                      biases added in the epilogue
  *   [rmsnorm(x → h);] linear(h → g); linear(h → u); silu_mul(u → g)  gate and up rows side by side
  *   [head_rmsnorm(q); head_rmsnorm(k);] rope(q); rope(k); attention(q, k, v)
@@ -35,7 +36,8 @@ static int op_reads(const plan_op *o, int b) {
     case PLAN_SILU_MUL:
     case PLAN_GELU_TANH_MUL: return o->in == b || o->out == b;
     case PLAN_BIAS: return o->out == b;
-    case PLAN_SOFTCAP: return o->in == b;
+    case PLAN_SOFTCAP:
+    case PLAN_SCALE: return o->in == b;
     default: return 0;
     }
 }
@@ -119,7 +121,7 @@ static uint32_t group_linear(const cuda_session *s, uint32_t i, int nm, step *st
         st->nseg = 2;
         st->pair = 1;
         j = i + 3;
-    } else if (st->nseg == 1 && nx && nx->kind == PLAN_ADD && nx->in == first->out &&
+    } else if (st->nseg == 1 && nx && nx->kind == PLAN_ADD && !plan_add_scaled(nx) && nx->in == first->out &&
                nx->out != first->in && nx->out != avoid && nx->out != first->out) {
         st->add_op = (int)j++;
     } else {
@@ -431,6 +433,7 @@ int compile_steps(cuda_session *s) {
         case PLAN_BIAS: plain_step(st, STEP_BIAS, (int)i); break;
         case PLAN_GELU_TANH_MUL: plain_step(st, STEP_GELU_MUL, (int)i); break;
         case PLAN_SOFTCAP: plain_step(st, STEP_SOFTCAP, (int)i); break;
+        case PLAN_SCALE: plain_step(st, STEP_SCALE, (int)i); break;
         default: return cuda_failf(s, "op %u: unknown kind %d", i, (int)op->kind);
         }
         s->n_steps++;

@@ -362,7 +362,7 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
     case STEP_ATTN: return run_attention(s, st, n);
     case STEP_ADD:
         CK(s, launch_add(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
-                         ld_of(s, o->out), n, s->st));
+                         ld_of(s, o->out), plan_add_scaled(o) ? o->factor : 1.0f, n, s->st));
         return 0;
     case STEP_SILU_MUL:
         CK(s, launch_silu_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
@@ -379,6 +379,12 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
         CK(s, launch_softcap(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),
                              o->softcap, n - r0, s->st));
+        return 0;
+    }
+    case STEP_SCALE: { /* as the soft cap */
+        const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
+        CK(s, launch_scale(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),
+                           o->factor, n - r0, s->st));
         return 0;
     }
     }

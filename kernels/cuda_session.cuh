@@ -34,6 +34,7 @@ typedef enum step_kind {
     STEP_BIAS,   /* buf[out] += a bias vector, every row */
     STEP_GELU_MUL, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma) */
     STEP_SOFTCAP,  /* buf[in] = cap * tanh(buf[in] / cap) (Gemma 2's logits) */
+    STEP_SCALE,    /* buf[in] *= factor (Granite's logits) */
 } step_kind;
 
 typedef struct step {

@@ -77,18 +77,19 @@ static dim3 rows_grid(uint32_t cols, uint32_t n) {
     return dim3(bx < 64 ? bx : 64, n);
 }
 
-__global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols) {
+/* out += f * in (op_add, op_add_scaled: Granite's residual_multiplier). */
+__global__ void add_kernel(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols, float f) {
     pdl_trigger();
     pdl_wait();
     const uint32_t row = blockIdx.y;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
-        out[(size_t)row * ldo + i] += in[(size_t)row * ldi + i];
+        out[(size_t)row * ldo + i] += f * in[(size_t)row * ldi + i];
 }
 
-cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols,
+cudaError_t launch_add(float *out, uint32_t ldo, const float *in, uint32_t ldi, uint32_t cols, float f,
                        uint32_t n, cudaStream_t st) {
     const dim3 grid = rows_grid(cols, n);
-    return launch_k(add_kernel, dim3(grid), dim3(256), 0, st, out, ldo, in, ldi, cols);
+    return launch_k(add_kernel, dim3(grid), dim3(256), 0, st, out, ldo, in, ldi, cols, f);
 }
 
 __global__ void bias_kernel(float *out, uint32_t ldo, const void *b, int bdt, uint32_t cols) {
@@ -157,4 +158,18 @@ __global__ void softcap_kernel(float *x, uint32_t ldx, uint32_t cols, float cap)
 cudaError_t launch_softcap(float *x, uint32_t ldx, uint32_t cols, float cap, uint32_t n, cudaStream_t st) {
     const dim3 grid = rows_grid(cols, n);
     return launch_k(softcap_kernel, dim3(grid), dim3(256), 0, st, x, ldx, cols, cap);
+}
+
+/* x *= f (op_scale: Granite's logits divided by logits_scaling). */
+__global__ void scale_kernel(float *x, uint32_t ldx, uint32_t cols, float f) {
+    pdl_trigger();
+    pdl_wait();
+    const uint32_t row = blockIdx.y;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x)
+        x[(size_t)row * ldx + i] *= f;
+}
+
+cudaError_t launch_scale(float *x, uint32_t ldx, uint32_t cols, float f, uint32_t n, cudaStream_t st) {
+    const dim3 grid = rows_grid(cols, n);
+    return launch_k(scale_kernel, dim3(grid), dim3(256), 0, st, x, ldx, cols, f);
 }

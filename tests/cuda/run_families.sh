@@ -4,7 +4,8 @@
 # Gemma 3 (opt-in, THIN_CUDA_GEMMA=1: norms counted from 1 and the attention's scale folded into
 # the uploaded norm weights, the scaled embedding, the GELU gate; its sliding layers' window with
 # THIN_CUDA_WINDOW=1) and
-# Gemma 2 (opt-in the same way: soft caps, the attention's scale in the attention kernels),
+# Gemma 2 (opt-in the same way: soft caps, the attention's scale in the attention kernels), Granite
+# (opt-in the same way: its multipliers),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
@@ -84,10 +85,15 @@ family gemma3-tiny 0 logits.f32
 # Gemma 2: its soft caps on the scores and the logits, its query_pre_attn_scalar (20, head_dim 24,
 # no q norm to carry it) applied by the attention kernels, windows of 4
 family gemma2-tiny 0 logits.f32
+# Granite: its embedding, attention, residual and logit multipliers (the residual adds as add
+# steps of their own, the logits scaled before the device's argmax), under the same switch
+family granite-tiny 0 logits.f32
+steps granite-tiny add softcap
+steps granite-tiny scale softcap
 unset THIN_CUDA_GEMMA THIN_CUDA_WINDOW
-# a mixture of experts (no CUDA kernels yet) and Granite's scaled residual adds: refused naming the
+# a mixture of experts (no CUDA kernels yet), and Granite without the switch: refused naming the
 # op, and thin-run without --device runs them on the CPU
-for m in qwen3-moe-tiny:'mixture of experts' granite-tiny:'scaled residual add'; do
+for m in qwen3-moe-tiny:'mixture of experts' granite-tiny:'scaled embedding'; do
     "$BIN/thin-pack" -q "$FIX/${m%%:*}" -o "$T/m.thin"
     if "$BIN/thin-run" "$T/m.thin" --device cuda --ids 1 -n 1 2> "$T/err.txt"; then echo "${m%%:*} ran on the GPU" >&2; exit 1; fi
     grep -q "the CUDA backend does not run this model's ${m#*:} yet" "$T/err.txt"

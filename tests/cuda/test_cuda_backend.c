@@ -45,6 +45,9 @@ static thin_dtype qknorm_dt;
  * scale other than 1/sqrt(head_dim) (carried by the q norm), norms of the o and down outputs
  * before their residual adds, the GELU (tanh) gate; needs qknorm_dt and THIN_CUDA_GEMMA=1 */
 static int gemma;
+/* Granite's layer: the embedding, the attention's scores, both residual adds and the logits
+ * scaled by multipliers of their own (THIN_CUDA_GEMMA=1) */
+static int granite;
 /* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
  * outputs normalized before their adds (the kernels every model runs) */
 static int olmo;
@@ -156,7 +159,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
     thin_wmat emb = make_w(m, V, H, dt, 1.0f, 0.0f);
     plan_op *o = add_op(m, PLAN_EMBED, -1, -1, B_X);
     o->w = emb;
-    o->embed_scale = gemma ? sqrtf((float)H) / 4 : 0.0f;
+    o->embed_scale = gemma ? sqrtf((float)H) / 4 : granite ? 2.5f : 0.0f;
     float amp = 1.0f / sqrtf((float)H);
     for (int l = 0; l < L; l++) {
         const int in = olmo ? B_X : B_H;
@@ -203,12 +206,12 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         o = add_op(m, PLAN_ATTENTION, l, -1, B_ATT);
         o->q = B_Q, o->k = B_K, o->v = B_V;
         o->n_heads = NH, o->n_kv_heads = NKV, o->head_dim = HD;
-        o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : 0.0f; /* Gemma 2: applied by the kernels */
+        o->attn_scale = gemma ? 0.7f / sqrtf((float)HD) : granite ? 0.6f / sqrtf((float)HD) : 0.0f;
         o->softcap = cap_att;
         o->window = l == 0 ? window : 0;
         linear(m, l, B_ATT, B_H, make_w(m, H, H, o_dt ? o_dt : dt, amp, 0), THIN_ROLE_O);
         if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the attention's output norm, in place */
-        add_op(m, PLAN_ADD, l, B_H, B_X);
+        add_op(m, PLAN_ADD, l, B_H, B_X)->factor = granite ? 0.6f : 0.0f;
         if (!olmo) norm(m, l, B_X, B_H, dt);
         linear(m, l, in, B_G, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_GATE);
         linear(m, l, in, B_U, make_w(m, I, H, ffn_dt, amp, 0), THIN_ROLE_UP);
@@ -216,11 +219,12 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
         linear(m, l, B_G, B_H, make_w(m, H, I, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)I), 0),
                THIN_ROLE_DOWN);
         if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the MLP's output norm */
-        add_op(m, PLAN_ADD, l, B_H, B_X);
+        add_op(m, PLAN_ADD, l, B_H, B_X)->factor = granite ? 0.6f : 0.0f;
     }
     norm(m, -1, B_X, B_H, dt);
     linear(m, -1, B_H, B_LOGITS, emb, THIN_ROLE_LM_HEAD); /* tied */
     if (cap_logit > 0) add_op(m, PLAN_SOFTCAP, -1, B_LOGITS, B_LOGITS)->softcap = cap_logit;
+    if (granite) add_op(m, PLAN_SCALE, -1, B_LOGITS, B_LOGITS)->factor = 1.0f / 3.0f;
 }
 
 static void free_model(model *m) {
@@ -522,6 +526,14 @@ static void run_all(const char *tag) {
     CASE("window 100, BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     unsetenv("THIN_CUDA_WINDOW");
     window = 0;
+    /* Granite's multipliers (THIN_CUDA_GEMMA=1, opt-in until these cases have run on a GPU) */
+    granite = 1;
+    setenv("THIN_CUDA_GEMMA", "1", 1);
+    CASE("Granite multipliers BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("Granite multipliers BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
+    CASE("Granite multipliers F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    unsetenv("THIN_CUDA_GEMMA");
+    granite = 0;
     /* OLMo 2's layer (no op of its own) */
     olmo = 1;
     CASE("OLMo 2 layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);

@@ -304,7 +304,7 @@ static void rows_part(void *arg, unsigned part, unsigned n) {
                     op->theta, op->inv_freq, plan_rope_scale(op));
             break;
         case PLAN_ADD:
-            if (op->factor > 0 && op->factor != 1.0f)
+            if (plan_add_scaled(op))
                 op_add_scaled(row(s, op->out, i), row(s, op->in, i), op->factor, sz[op->in]);
             else
                 op_add(row(s, op->out, i), row(s, op->in, i), sz[op->in]);

@@ -94,6 +94,9 @@ typedef struct plan_op {
  * (plans built by hand leave them 0) resolved: 1, and the whole head. */
 static inline float plan_rope_scale(const plan_op *o) { return o->rope_scale > 0 ? o->rope_scale : 1.0f; }
 static inline uint32_t plan_rot_dim(const plan_op *o) { return o->rot_dim ? o->rot_dim : o->head_dim; }
+/* Whether an ADD op scales what it adds (factor set and not 1: Granite's residual_multiplier). */
+static inline int plan_add_scaled(const plan_op *o) { return o->factor > 0 && o->factor != 1.0f; }
+
 /* An ATTENTION op's factor on the scores, its default resolved. */
 static inline float plan_attn_scale(const plan_op *o) {
     return o->attn_scale > 0 ? o->attn_scale : 1.0f / sqrtf((float)o->head_dim);
