@@ -105,7 +105,7 @@ struct ao_sync {
  * qs, the o rows requested (cp.async, the newest commit group). Scores, softmax and V sum of the
  * span, the head's blocks' combine (GL: through global memory, see ao_sync), the o rows times the
  * head's output, added into the residual. */
-template <int KDT, int WDT, int DPL, bool GL, bool PUSH = false>
+template <int KDT, int WDT, int DPL, bool GL, bool PUSH = false, bool GEN = true>
 __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L, uint8_t *smb, float *mlw,
                                         uint32_t cnt, uint32_t chunk, uint32_t len, uint32_t r0, uint32_t nr,
                                         float4 sc4, const ao_sync &sy, ktrace &kt, unsigned int kind) {
@@ -142,7 +142,10 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
                     s1 = fmaf(q.w, f[e + 3], s1);
                 }
             }
-            s = attn_cap((s0 + s1) * attn_scale_of(a), a.softcap);
+            if constexpr (GEN)
+                s = attn_cap((s0 + s1) * attn_scale_of(a), a.softcap);
+            else /* the default scale and no soft cap (ao_general) */
+                s = (s0 + s1) * rsqrtf((float)HD);
         }
         const float m = warp_max(s);
         const float e = pp < len ? expf(s - m) : 0.0f;
@@ -281,11 +284,12 @@ struct ao_span {
     /* whether the span holds the token's own position, whose K/V row the token stores */
     __device__ __forceinline__ bool has_newest() const { return pos0 >= start && pos0 < end; }
 };
+template <bool GEN = true>
 __device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t rank) {
     ao_span s;
     s.pos0 = (uint32_t)*p.a.pos;
     s.npos = s.pos0 + 1;
-    const uint32_t first = attn_first(s.npos, p.a.window);
+    const uint32_t first = GEN ? attn_first(s.npos, p.a.window) : 0;
     s.cnt = s.npos - first;
     s.chunk = (s.cnt + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
     s.start = min(s.npos, first + rank * s.chunk);
@@ -395,7 +399,9 @@ __device__ __forceinline__ void ao_rope_newest(const attn_o_args &p, const ao_sp
 /* At most 64 registers a thread (four blocks' worth per SM), so that a block fits beside a q/k/v
  * matvec block (12 warps of up to 128 registers) and starts, and requests its rows, while that
  * step still runs. ROPE: the token's rope and KV store too (attn_o_args.r). */
-template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE>
+/* GEN: a sliding window, a soft cap or a scale other than 1/sqrt(head_dim) (ao_general); without
+ * them the plain instance, whose score is one constant multiply. */
+template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN>
 __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args p) {
     pdl_trigger();
     if constexpr (PUSH) cluster_arrive_relaxed(); /* this block has started (ao_tail waits for all) */
@@ -406,7 +412,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     __shared__ float mlw[2 * AO_WARPS];
     const attn_args &a = p.a;
     const uint32_t rank = blockIdx.x, h = blockIdx.y, kh = h / (a.n_heads / a.n_kv);
-    const ao_span s = ao_span_of(p, rank);
+    const ao_span s = ao_span_of<GEN>(p, rank);
     if (s.chunk > a.chunk_max) return; /* never, by the caller's limit (the same for the whole grid) */
     const ao_layout L = ao_layout_of(HD, KDT, WDT, p.rows_per, a.chunk_max, 0, 0, 0, PUSH ? ATTN_O_CLUSTER * (HD + 4) : 0);
     /* K/V rows before *pos (one commit group), then the o rows (another) */
@@ -429,7 +435,8 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
-    ao_tail<KDT, WDT, DPL, false, PUSH>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt, TRACE_ATTN_O);
+    ao_tail<KDT, WDT, DPL, false, PUSH, GEN>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt,
+                                             TRACE_ATTN_O);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
@@ -649,12 +656,20 @@ size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, u
         .total;
 }
 
-template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE>
-static cudaError_t launch_ao_k(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    auto k = attn_o_kernel<KDT, WDT, DPL, PUSH, ROPE>;
+/* Whether the attention takes the general instance: a window, a soft cap, a scale of its own. */
+static bool ao_general(const attn_args &a) { return a.window != 0 || a.softcap > 0.0f || a.scale > 0.0f; }
+
+template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN>
+static cudaError_t launch_ao_g(const attn_o_args &a, size_t smem, cudaStream_t st) {
+    auto k = attn_o_kernel<KDT, WDT, DPL, PUSH, ROPE, GEN>;
     cudaError_t e = smem_attr(k, smem, 2 * AO_WARPS * sizeof(float));
     if (e != cudaSuccess) return e;
     return launch_kc(k, dim3(ATTN_O_CLUSTER, a.a.n_heads), dim3(AO_THREADS), smem, st, dim3(ATTN_O_CLUSTER, 1, 1), a);
+}
+template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE>
+static cudaError_t launch_ao_k(const attn_o_args &a, size_t smem, cudaStream_t st) {
+    return ao_general(a.a) ? launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, true>(a, smem, st)
+                           : launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false>(a, smem, st);
 }
 template <int KDT, int WDT, int DPL>
 static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st) {

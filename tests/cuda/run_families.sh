@@ -71,7 +71,7 @@ grep -q 'the CUDA backend does not run this model' "$T/err.txt"
 grep -q 'running on the CPU' "$T/err.txt"
 export THIN_CUDA_GEMMA=1
 # its window of 4 in a context of 64: refused until THIN_CUDA_WINDOW=1 (opt-in until run on a GPU)
-if "$BIN/thin-run" "$T/g.thin" --device cuda --ids 2 -n 1 2> "$T/err.txt"; then
+if "$BIN/thin-run" "$T/g.thin" --device cuda --ctx 64 --ids 2 -n 1 2> "$T/err.txt"; then
     echo "a window of 4 ran in a context of 64" >&2; exit 1
 fi
 grep -q 'sliding attention window (4 positions, tape op [0-9]*) in a longer context (64) yet: --ctx 4 fits it' "$T/err.txt"
