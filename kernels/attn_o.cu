@@ -48,6 +48,7 @@
 namespace cg = cooperative_groups;
 
 int thin_cuda_ao_push = 1;
+int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
 
 #define AO_WARPS 8u
@@ -657,7 +658,9 @@ size_t qao_smem(uint32_t head_dim, int kv_dtype, const dmat *q, const dmat *o, u
 }
 
 /* Whether the attention takes the general instance: a window, a soft cap, a scale of its own. */
-static bool ao_general(const attn_args &a) { return a.window != 0 || a.softcap > 0.0f || a.scale > 0.0f; }
+static bool ao_general(const attn_args &a) {
+    return thin_cuda_ao_gen || a.window != 0 || a.softcap > 0.0f || a.scale > 0.0f;
+}
 
 template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN>
 static cudaError_t launch_ao_g(const attn_o_args &a, size_t smem, cudaStream_t st) {

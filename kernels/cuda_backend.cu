@@ -385,6 +385,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);
+    const char *aog = getenv("THIN_CUDA_AO_GEN"); /* 1: the attention + o kernel's general instance always */
+    thin_cuda_ao_gen = aog && strcmp(aog, "1") == 0;
     const char *aor = getenv("THIN_CUDA_AO_ROPE"); /* 0: a rope kernel before the attention + o kernel */
     thin_cuda_ao_rope = !(aor && strcmp(aor, "0") == 0);
     const char *qao = getenv("THIN_CUDA_QAO"); /* 1: the attention block kernel (opt-in) */

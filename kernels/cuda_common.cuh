@@ -748,6 +748,7 @@ extern int thin_cuda_attn_o;
 /* 1 (default): the attention + o kernel's blocks push their partials into every block of the
  * cluster before one barrier; 0 (THIN_CUDA_AO_PUSH=0): each block reads the others' after it */
 extern int thin_cuda_ao_push;
+extern int thin_cuda_ao_gen; /* THIN_CUDA_AO_GEN=1: the attention + o kernel's general instance always */
 /* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
  * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,
  * whole KV groups. */
