@@ -249,48 +249,14 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
-/* Whether env var `name` is "1". */
-static int env_on(const char *name) {
-    const char *e = getenv(name);
-    return e && strcmp(e, "1") == 0;
-}
-
-/* Opt-in until they have run on a GPU: Gemma's and Granite's ops (env THIN_CUDA_GEMMA=1: the GELU
- * gate, norms counted from an offset and the q norm carrying the attention's scale (folded into the
- * uploaded weights; without a q norm the attention kernels take it, attn_scale_arg), the scaled
- * embedding, Gemma 2's soft caps on the scores and the logits, Granite's scaled residual adds (an
- * add step of their own, not the linears' epilogues) and scaled logits) and sliding windows shorter
- * than the context
- * (env THIN_CUDA_WINDOW=1: the attention kernels take them, attn_args.window). */
-extern "C" int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len) {
-    const int gemma = env_on("THIN_CUDA_GEMMA"), window = env_on("THIN_CUDA_WINDOW");
-    for (uint32_t i = 0; i < p->n_ops; i++) {
-        const plan_op *o = &p->ops[i];
-        const char *what = o->kind == PLAN_GELU_TANH_MUL && !gemma                     ? "GELU-gated MLP"
-                           : o->norm_offset != 0.0f && !gemma                          ? "norm weights counted from an offset"
-                           : o->kind == PLAN_EMBED && o->embed_scale > 0 && o->embed_scale != 1.0f &&
-                                   !gemma                                              ? "scaled embedding"
-                           : o->kind == PLAN_ATTENTION && !plan_attn_scale_default(o) && !gemma
-                                                                                       ? "attention scale other than 1/sqrt(head_dim)"
-                           : o->kind == PLAN_ATTENTION && o->softcap > 0 && !gemma     ? "attention soft cap"
-                           : o->kind == PLAN_SOFTCAP && !gemma                         ? "logit soft cap"
-                           : o->kind == PLAN_ADD && plan_add_scaled(o) && !gemma       ? "scaled residual add"
-                           : o->kind == PLAN_SCALE && !gemma                           ? "scaled logits"
-                                                                                        : NULL;
-        /* mixtures of experts: no kernels yet */
-        const char *none = o->kind == PLAN_MOE ? "mixture of experts" : NULL;
-        if (what || none) {
-            snprintf(why, len, "the CUDA backend does not run this model's %s yet (tape op %u%s)", what ? what : none,
-                     i, what && !gemma ? "; THIN_CUDA_GEMMA=1 tries it, not yet run on a GPU" : "");
+/* Every op but a mixture of experts runs on the GPU (Gemma's and Granite's ops and sliding windows
+ * too, since they first ran there: tests/cuda/run_families.sh, test_cuda_backend). */
+extern "C" int cuda_backend_runs(const plan *p, char *why, size_t len) {
+    for (uint32_t i = 0; i < p->n_ops; i++)
+        if (p->ops[i].kind == PLAN_MOE) {
+            snprintf(why, len, "the CUDA backend does not run this model's mixture of experts yet (tape op %u)", i);
             return 0;
         }
-        if (o->kind == PLAN_ATTENTION && o->window && o->window < ctx && !window) {
-            snprintf(why, len, "the CUDA backend does not run a sliding attention window (%u positions, tape op %u) "
-                     "in a longer context (%u) yet: --ctx %u fits it; THIN_CUDA_WINDOW=1 tries it, not yet run on "
-                     "a GPU", o->window, i, ctx, o->window);
-            return 0;
-        }
-    }
     return 1;
 }
 
@@ -299,7 +265,7 @@ static int check_plan(cuda_session *s, uint32_t max_ctx) {
     if (max_ctx == 0 || (p->hp.max_pos && max_ctx > plan_ctx_limit(p)))
         return cuda_failf(s, "context %u outside 1..%u", max_ctx, plan_ctx_limit(p));
     char why[256];
-    if (!cuda_backend_runs(p, max_ctx, why, sizeof why)) return cuda_failf(s, "%s", why);
+    if (!cuda_backend_runs(p, why, sizeof why)) return cuda_failf(s, "%s", why);
     if (p->kv_dtype != THIN_DTYPE_BF16 && p->kv_dtype != THIN_DTYPE_F32)
         return cuda_failf(s, "KV cache dtype %s is not supported on the GPU", thin_dtype_name(p->kv_dtype));
     if (p->logits_buf < 0 || (uint32_t)p->logits_buf >= p->n_bufs) return cuda_failf(s, "plan has no logits buffer");

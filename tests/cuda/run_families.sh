@@ -1,11 +1,9 @@
 #!/bin/sh
 # The CUDA backend on the small family fixtures: Qwen2's q, k and v biases (in the q/k/v step's epilogue),
 # Qwen3's q and k norms (in the rope kernel), Qwen3 with YaRN (its frequency table and factor),
-# Gemma 3 (opt-in, THIN_CUDA_GEMMA=1: norms counted from 1 and the attention's scale folded into
-# the uploaded norm weights, the scaled embedding, the GELU gate; its sliding layers' window with
-# THIN_CUDA_WINDOW=1) and
-# Gemma 2 (opt-in the same way: soft caps, the attention's scale in the attention kernels), Granite
-# (opt-in the same way: its multipliers),
+# Gemma 3 (norms counted from 1 and the attention's scale folded into the uploaded norm weights,
+# the scaled embedding, the GELU gate, its sliding layers' window), Gemma 2 (soft caps, the
+# attention's scale in the attention kernels), Granite (its multipliers),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
@@ -59,41 +57,20 @@ family phi4-tiny 16 logits.f32 64 logits-long.f32
 # which takes Qwen3's head norms and Phi-4-mini's partial rotation itself instead of a rope kernel
 family qwen3-hd32 0 logits.f32
 family phi4-hd32 16 logits.f32 64 logits-long.f32
-# Gemma 3 (its ops on the GPU are opt-in, THIN_CUDA_GEMMA=1, and so are windows shorter than the
-# context, THIN_CUDA_WINDOW=1, until this has run there): refused without them, and thin-run without
-# --device then runs on the CPU; with them, the fixture (a window of 4 positions on its sliding
-# layers, a context of 64) gives its float64 logits and the CPU's ids
-G="$FIX/gemma3-tiny"
-"$BIN/thin-pack" -q "$G" -o "$T/g.thin"
-if "$BIN/thin-run" "$T/g.thin" --device cuda --ids 2 -n 1 2> "$T/err.txt"; then echo "gemma ran on the GPU" >&2; exit 1; fi
-grep -q 'the CUDA backend does not run this model' "$T/err.txt"
-"$BIN/thin-run" "$T/g.thin" --ids 2 -n 1 --json 2> "$T/err.txt" | grep -q '"device": "cpu"'
-grep -q 'running on the CPU' "$T/err.txt"
-export THIN_CUDA_GEMMA=1
-# its window of 4 in a context of 64: refused until THIN_CUDA_WINDOW=1 (opt-in until run on a GPU)
-if "$BIN/thin-run" "$T/g.thin" --device cuda --ctx 64 --ids 2 -n 1 2> "$T/err.txt"; then
-    echo "a window of 4 ran in a context of 64" >&2; exit 1
-fi
-grep -q 'sliding attention window (4 positions, tape op [0-9]*) in a longer context (64) yet: --ctx 4 fits it' "$T/err.txt"
-# without --device or --ctx: the GPU at a context of the window's 4 positions, said
-"$BIN/thin-run" "$T/g.thin" --ids 2 -n 1 --json 2> "$T/err.txt" > "$T/cap.json"
-grep -q '"device": "cuda"' "$T/cap.json"
-grep -q '"ctx": 4' "$T/cap.json"
-grep -q 'a context of 4 positions on the GPU, the sliding window' "$T/err.txt"
-export THIN_CUDA_WINDOW=1
+# Gemma 3: the fixture (a window of 4 positions on its sliding layers, a context of 64) gives its
+# float64 logits and the CPU's ids
 family gemma3-tiny 0 logits.f32
 # Gemma 2: its soft caps on the scores and the logits, its query_pre_attn_scalar (20, head_dim 24,
 # no q norm to carry it) applied by the attention kernels, windows of 4
 family gemma2-tiny 0 logits.f32
 # Granite: its embedding, attention, residual and logit multipliers (the residual adds as add
-# steps of their own, the logits scaled before the device's argmax), under the same switch
+# steps of their own, the logits scaled before the device's argmax)
 family granite-tiny 0 logits.f32
 steps granite-tiny add softcap
 steps granite-tiny scale softcap
-unset THIN_CUDA_GEMMA THIN_CUDA_WINDOW
-# a mixture of experts (no CUDA kernels yet), and Granite without the switch: refused naming the
-# op, and thin-run without --device runs them on the CPU
-for m in qwen3-moe-tiny:'mixture of experts' granite-tiny:'scaled embedding'; do
+# a mixture of experts (no CUDA kernels yet): refused naming the op, and thin-run without --device
+# runs it on the CPU
+for m in qwen3-moe-tiny:'mixture of experts'; do
     "$BIN/thin-pack" -q "$FIX/${m%%:*}" -o "$T/m.thin"
     if "$BIN/thin-run" "$T/m.thin" --device cuda --ids 1 -n 1 2> "$T/err.txt"; then echo "${m%%:*} ran on the GPU" >&2; exit 1; fi
     grep -q "the CUDA backend does not run this model's ${m#*:} yet" "$T/err.txt"

@@ -43,10 +43,10 @@ static thin_dtype bias_dt;
 static thin_dtype qknorm_dt;
 /* Gemma's layer: norms counted from 1 (weights around 0), the embedding scaled, the attention's
  * scale other than 1/sqrt(head_dim) (carried by the q norm), norms of the o and down outputs
- * before their residual adds, the GELU (tanh) gate; needs qknorm_dt and THIN_CUDA_GEMMA=1 */
+ * before their residual adds, the GELU (tanh) gate; needs qknorm_dt */
 static int gemma;
 /* Granite's layer: the embedding, the attention's scores, both residual adds and the logits
- * scaled by multipliers of their own (THIN_CUDA_GEMMA=1) */
+ * scaled by multipliers of their own */
 static int granite;
 /* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
  * outputs normalized before their adds (the kernels every model runs) */
@@ -512,16 +512,14 @@ static void run_all(const char *tag) {
     qknorm_dt = THIN_DTYPE_F32;
     CASE("BF16+FP8 ffn+F32 q/k norms, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("F32 w+F32 q/k norms, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    /* Gemma's layer (THIN_CUDA_GEMMA=1, opt-in until this case has run on a GPU) */
+    /* Gemma's layer */
     gemma = 1;
-    setenv("THIN_CUDA_GEMMA", "1", 1);
     CASE("Gemma layer BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Gemma layer F32 w+FP8 ffn, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("Gemma layer F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     /* its sliding layers: a window of 37 on the first layer (Gemma 3: five such layers to one
      * global) */
     window = 37;
-    setenv("THIN_CUDA_WINDOW", "1", 1); /* opt-in until these cases have run on a GPU */
     CASE("Gemma layers, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Gemma layers, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     window = 0;
@@ -532,23 +530,17 @@ static void run_all(const char *tag) {
     CASE("Gemma 2 layers, soft caps, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Gemma 2 layers, soft caps, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     cap_att = cap_logit = 0.0f, window = 0;
-    unsetenv("THIN_CUDA_WINDOW");
-    unsetenv("THIN_CUDA_GEMMA");
     gemma = 0;
     /* a sliding window on a plain layer (Mistral v0.1's, Qwen2's), 100 positions */
     window = 100;
-    setenv("THIN_CUDA_WINDOW", "1", 1);
     CASE("window 100, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("window 100, BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
-    unsetenv("THIN_CUDA_WINDOW");
     window = 0;
-    /* Granite's multipliers (THIN_CUDA_GEMMA=1, opt-in until these cases have run on a GPU) */
+    /* Granite's multipliers */
     granite = 1;
-    setenv("THIN_CUDA_GEMMA", "1", 1);
     CASE("Granite multipliers BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("Granite multipliers BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3, 4e-2);
     CASE("Granite multipliers F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
-    unsetenv("THIN_CUDA_GEMMA");
     granite = 0;
     /* OLMo 2's layer (no op of its own) */
     olmo = 1;

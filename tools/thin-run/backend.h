@@ -9,8 +9,8 @@
  * return 0 on success and -1 on failure; create writes a one-line message into err.
  *
  *   int  cuda_backend_available(void);   1 when a usable GPU is present, else 0
- *   int  cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len);
- *          1 when the CUDA kernels run every op of the plan in a session of ctx positions, else
+ *   int  cuda_backend_runs(const plan *p, char *why, size_t len);
+ *          1 when the CUDA kernels run every op of the plan, else
  *          0 with the first op they lack in why (no GPU needed; create refuses such a plan too)
  *   int  cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx,
  *                            char *err, size_t errlen);
@@ -126,7 +126,7 @@ extern const backend_ops backend_cpu;
 typedef struct cuda_session cuda_session;
 
 int cuda_backend_available(void);
-int cuda_backend_runs(const plan *p, uint32_t ctx, char *why, size_t len);
+int cuda_backend_runs(const plan *p, char *why, size_t len);
 int cuda_session_create(cuda_session **s, const plan *p, uint32_t max_ctx, char *err,
                         size_t errlen);
 int cuda_session_create_fit(cuda_session **s, const plan *p, uint32_t max_ctx, uint32_t min_ctx,

@@ -223,7 +223,6 @@ typedef struct run {
     void *sess;
     uint32_t ctx;           /* positions available */
     int ctx_fit;            /* ctx is fewer than the default: as many as the GPU holds */
-    uint32_t ctx_cap;       /* the default context capped here for the GPU (its sliding window), or 0 */
     unsigned threads;
     double load_s;
     char digest[65];
@@ -386,20 +385,8 @@ static int pick_backend(run *r) {
     if (o->device ? strcmp(o->device, "cuda") == 0 : gpu && o->shards == 1) {
         if (!gpu) return cli_error("--device cuda: no usable GPU found"), CLI_EXIT_DATA;
         char why[256];
-        const uint32_t ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
-        /* the smallest sliding window: where the GPU runs the model only within it, the default
-         * context is capped there (as it was before windows went into the tape) */
-        uint32_t win = 0;
-        for (uint32_t i = 0; i < r->p.n_ops; i++)
-            if (r->p.ops[i].kind == PLAN_ATTENTION && r->p.ops[i].window && (!win || r->p.ops[i].window < win))
-                win = r->p.ops[i].window;
-        if (cuda_backend_runs(&r->p, ctx, why, sizeof why)) {
+        if (cuda_backend_runs(&r->p, why, sizeof why)) {
             r->be = &backend_cuda;
-        } else if (!o->ctx && win && win < ctx && cuda_backend_runs(&r->p, win, NULL, 0)) {
-            r->be = &backend_cuda;
-            r->ctx_cap = win;
-            cli_warn("%s: a context of %u positions on the GPU, the sliding window's (THIN_CUDA_WINDOW=1 runs "
-                     "longer ones there, not yet run on a GPU; --device cpu runs %u)", o->model, win, ctx);
         } else {
             if (o->device) return cli_error("%s: --device cuda: %s", o->model, why), CLI_EXIT_DATA;
             cli_warn("%s: %s; running on the CPU", o->model, why);
@@ -418,7 +405,7 @@ static int pick_backend(run *r) {
 /* Starts the backend pick_backend chose; on failure the message goes into msg (load prints it). */
 static int start_backend(run *r, char *msg, size_t len) {
     const options *o = r->o;
-    r->ctx = o->ctx ? (uint32_t)o->ctx : r->ctx_cap ? r->ctx_cap : plan_default_ctx(&r->p);
+    r->ctx = o->ctx ? (uint32_t)o->ctx : plan_default_ctx(&r->p);
     plan_set_ctx(&r->p, r->ctx);
     /* An explicit --ctx is taken as given; the default may shrink to what the device holds (the
      * default is at most a LongRoPE model's original context, so the rope table stays). */
