@@ -507,6 +507,31 @@ cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
  * row (the hidden size) within the kernel's columns per thread. */
 int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inter);
+/* A mixture of experts for n rows (moe.cu; the plan's moe op): x (rows ldx floats apart, the
+ * op's input) through the router, each row's choice of top k experts, their gate/up/down and the
+ * shared expert into out (rows ldo apart). tab: on the device, 3 (E + 1) dmats, each expert's
+ * gate, up and down, then the shared expert's (rows 0 where there is none). Scratch (device): scores
+ * n (E + 1) floats, sel and wts n KS each, cnt 2 (E + 1), list n KS, hb n KS imax floats, db n KS
+ * hout floats. */
+#define MOE_MAX_E 256u /* experts a moe op may have on the GPU */
+#define MOE_ROWS 32u   /* rows of one expert matrix a block of the gate/up and down kernels takes */
+struct moe_args {
+    const float *x;
+    float *out;
+    uint32_t ldx, ldo;
+    dmat router;         /* [E, in] */
+    dmat sgate;          /* the shared expert's gate [1, in], or data NULL */
+    const dmat *tab;
+    const float *bias;   /* DeepSeek-V3's choice bias (E), or NULL */
+    uint32_t E, K, KS;   /* experts, chosen a row, slots a row (K, + 1 with a shared expert) */
+    uint32_t n_group, topk_group, norm_topk, sigmoid;
+    float routed_scale;  /* 0: 1 */
+    uint32_t imax, hout; /* the largest inner size (routed or shared), output size */
+    float *scores, *wts, *hb, *db;
+    int32_t *sel;
+    uint32_t *cnt, *list;
+};
+cudaError_t launch_moe(const moe_args *a, uint32_t n, cudaStream_t st);
 /* dst[c][r] = src[r][c] for r < rows, c < cols, elements of esz bytes (1 or 2); pitches in
  * elements. Padding of dst is left as it is. */
 cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,

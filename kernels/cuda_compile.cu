@@ -37,7 +37,8 @@ static int op_reads(const plan_op *o, int b) {
     case PLAN_GELU_TANH_MUL: return o->in == b || o->out == b;
     case PLAN_BIAS: return o->out == b;
     case PLAN_SOFTCAP:
-    case PLAN_SCALE: return o->in == b;
+    case PLAN_SCALE:
+    case PLAN_MOE: return o->in == b;
     default: return 0;
     }
 }
@@ -47,7 +48,8 @@ static int op_writes(const plan_op *o, int b) {
     case PLAN_EMBED:
     case PLAN_RMSNORM:
     case PLAN_LINEAR:
-    case PLAN_ATTENTION: return o->out == b;
+    case PLAN_ATTENTION:
+    case PLAN_MOE: return o->out == b;
     default: return 0;
     }
 }
@@ -434,6 +436,7 @@ int compile_steps(cuda_session *s) {
         case PLAN_GELU_TANH_MUL: plain_step(st, STEP_GELU_MUL, (int)i); break;
         case PLAN_SOFTCAP: plain_step(st, STEP_SOFTCAP, (int)i); break;
         case PLAN_SCALE: plain_step(st, STEP_SCALE, (int)i); break;
+        case PLAN_MOE: plain_step(st, STEP_MOE, (int)i); break;
         default: return cuda_failf(s, "op %u: unknown kind %d", i, (int)op->kind);
         }
         s->n_steps++;

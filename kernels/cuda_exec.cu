@@ -381,6 +381,39 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
                              o->softcap, n - r0, s->st));
         return 0;
     }
+    case STEP_MOE: {
+        if (!w || !s->op_moe) return cuda_failf(s, "internal: moe op %d has no weights on the device", st->op);
+        const moe_dev *m = &s->op_moe[st->op];
+        moe_args a;
+        memset(&a, 0, sizeof a);
+        a.x = s->buf[o->in];
+        a.out = s->buf[o->out];
+        a.ldx = ld_of(s, o->in);
+        a.ldo = ld_of(s, o->out);
+        a.router = *w;
+        a.sgate = m->sgate;
+        a.tab = m->tab;
+        a.bias = m->bias;
+        a.E = o->n_experts;
+        a.K = o->top_k;
+        a.KS = o->top_k + (o->shared_inter ? 1 : 0);
+        a.n_group = o->n_group ? o->n_group : 1;
+        a.topk_group = o->topk_group ? o->topk_group : 1;
+        a.norm_topk = (uint32_t)o->norm_topk;
+        a.sigmoid = (uint32_t)o->moe_sigmoid;
+        a.routed_scale = o->routed_scale;
+        a.imax = m->imax;
+        a.hout = ld_of(s, o->out);
+        a.scores = s->d_moe_scores;
+        a.wts = s->d_moe_wts;
+        a.hb = s->d_moe_hb;
+        a.db = s->d_moe_db;
+        a.sel = s->d_moe_sel;
+        a.cnt = s->d_moe_cnt;
+        a.list = s->d_moe_list;
+        CK(s, launch_moe(&a, n, s->st));
+        return 0;
+    }
     case STEP_SCALE: { /* as the soft cap */
         const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
         CK(s, launch_scale(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),

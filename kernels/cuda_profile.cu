@@ -105,9 +105,9 @@ int prof_decode(cuda_session *s, double graph_us, double wall_us) {
 static void step_label(const cuda_session *s, const step *st, char *buf, size_t len) {
     const plan *p = s->p;
     static const char *kinds[] = {"?", "embed", "rmsnorm", "linear", "head_rmsnorm", "rope",
-                                  "attention", "add", "silu_mul", "bias", "gelu_tanh_mul", "softcap", "scale"};
+                                  "attention", "add", "silu_mul", "bias", "gelu_tanh_mul", "softcap", "scale", "moe"};
     if (st->kind != STEP_LINEAR) {
-        snprintf(buf, len, "%s%s%s", kinds[st->kind <= STEP_SCALE ? st->kind : 0],
+        snprintf(buf, len, "%s%s%s", kinds[st->kind <= STEP_MOE ? st->kind : 0],
                  st->kind == STEP_ATTN && (st->hnorm_q >= 0 || st->hnorm_k >= 0) ? "+head_norms" : "",
                  st->kind == STEP_ATTN && !st->kv_fused ? "+rope+kv" : "");
         return;

@@ -35,7 +35,16 @@ typedef enum step_kind {
     STEP_GELU_MUL, /* buf[out] = gelu_tanh(buf[out]) * buf[in] (Gemma) */
     STEP_SOFTCAP,  /* buf[in] = cap * tanh(buf[in] / cap) (Gemma 2's logits) */
     STEP_SCALE,    /* buf[in] *= factor (Granite's logits) */
+    STEP_MOE,      /* a mixture of experts (moe.cu) */
 } step_kind;
+
+/* A moe op's weights on the device (cuda_upload.cu's upload_moe). */
+typedef struct moe_dev {
+    dmat *tab;     /* device: 3 (E + 1) dmats (moe_args.tab) */
+    dmat sgate;    /* the shared expert's gate, or data NULL */
+    float *bias;   /* device: the choice bias (E floats), or NULL */
+    uint32_t imax; /* the largest inner size, routed or shared */
+} moe_dev;
 
 typedef struct step {
     step_kind kind;
@@ -95,6 +104,11 @@ struct cuda_session {
     /* distinct weights on the device */
     dmat *w;
     uint32_t n_w;
+    moe_dev *op_moe;        /* per op: a moe op's expert tables (zero for other ops) */
+    /* the moe ops' scratch for max_batch rows of the largest (moe_args) */
+    float *d_moe_scores, *d_moe_wts, *d_moe_hb, *d_moe_db;
+    int32_t *d_moe_sel;
+    uint32_t *d_moe_cnt, *d_moe_list;
     /* activations: buffer i holds max_batch rows of p->buf_sizes[i] floats */
     float **buf;
     step *steps;

@@ -198,6 +198,79 @@ static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owne
     return -1;
 }
 
+/* A vector weight (1 × n, any dtype) as F32 on the device. */
+static int upload_f32(cuda_session *s, stager *g, const thin_wmat *hw, float **out) {
+    const uint64_t n = hw->rows * hw->cols;
+    float *v = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!v) return cuda_failf(s, "out of memory");
+    for (uint64_t k = 0; k < n; k++) v[k] = thin_wmat_get(hw, 0, k);
+    const thin_wmat t = {v, THIN_DTYPE_F32, NULL, 1, n};
+    dmat d;
+    int rc = upload_block(s, g, &t, 0, 1, 0, n, &d);
+    free(v);
+    *out = (float *)d.data;
+    return rc;
+}
+
+/* Moe op i's experts (and shared expert) into a device table of dmats, its shared gate and its
+ * choice bias (the router is the op's weight, uploaded as any other); then the scratch of the
+ * largest moe op for max_batch rows. */
+static int upload_moe(cuda_session *s, stager *g) {
+    const plan *p = s->p;
+    size_t n_sc = 0, n_slot = 0, n_h = 0, n_d = 0, n_cnt = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) {
+        const plan_op *o = &p->ops[i];
+        if (o->kind != PLAN_MOE) continue;
+        if (!s->op_moe) {
+            s->op_moe = (moe_dev *)calloc(p->n_ops, sizeof(moe_dev));
+            if (!s->op_moe) return cuda_failf(s, "out of memory");
+        }
+        moe_dev *m = &s->op_moe[i];
+        const uint32_t E = o->n_experts, KS = o->top_k + (o->shared_inter ? 1 : 0);
+        dmat *h = (dmat *)calloc(3 * ((size_t)E + 1), sizeof(dmat));
+        if (!h) return cuda_failf(s, "out of memory");
+        int rc = 0;
+        for (uint32_t k = 0; rc == 0 && k < 3 * E; k++) {
+            const thin_wmat *w = &o->experts[k];
+            rc = upload_block(s, g, w, 0, w->rows, 0, w->cols, &h[k]);
+        }
+        for (uint32_t k = 0; rc == 0 && o->shared_inter && k < 3; k++)
+            rc = upload_block(s, g, &o->shared[k], 0, o->shared[k].rows, 0, o->shared[k].cols, &h[3 * E + k]);
+        void *tab = NULL;
+        if (rc == 0 && (rc = cuda_alloc(s, &tab, 3 * ((size_t)E + 1) * sizeof(dmat))) == 0 &&
+            cudaMemcpy(tab, h, 3 * ((size_t)E + 1) * sizeof(dmat), cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = cuda_failf(s, "expert table upload failed");
+        free(h);
+        if (rc) return rc;
+        m->tab = (dmat *)tab;
+        if (o->shared_gate.data &&
+            upload_block(s, g, &o->shared_gate, 0, 1, 0, o->shared_gate.cols, &m->sgate))
+            return -1;
+        if (o->score_bias.data && upload_f32(s, g, &o->score_bias, &m->bias)) return -1;
+        m->imax = o->moe_inter > o->shared_inter ? o->moe_inter : o->shared_inter;
+        const size_t b = s->max_batch;
+        const size_t sc = b * (E + 1), sl = b * KS, hh = sl * m->imax, dd = sl * p->buf_sizes[o->out];
+        n_sc = sc > n_sc ? sc : n_sc;
+        n_slot = sl > n_slot ? sl : n_slot;
+        n_h = hh > n_h ? hh : n_h;
+        n_d = dd > n_d ? dd : n_d;
+        n_cnt = 2 * ((size_t)E + 1) > n_cnt ? 2 * ((size_t)E + 1) : n_cnt;
+    }
+    if (!n_sc) return 0;
+    void *v[7];
+    const size_t bytes[7] = {n_sc * 4, n_slot * 4, n_h * 4, n_d * 4, n_slot * 4, n_cnt * 4, n_slot * 4};
+    for (int k = 0; k < 7; k++)
+        if (cuda_alloc(s, &v[k], bytes[k])) return -1;
+    s->d_moe_scores = (float *)v[0];
+    s->d_moe_wts = (float *)v[1];
+    s->d_moe_hb = (float *)v[2];
+    s->d_moe_db = (float *)v[3];
+    s->d_moe_sel = (int32_t *)v[4];
+    s->d_moe_cnt = (uint32_t *)v[5];
+    s->d_moe_list = (uint32_t *)v[6];
+    return 0;
+}
+
 int upload_weights(cuda_session *s) {
     const plan *p = s->p;
     stager g;
@@ -223,6 +296,7 @@ int upload_weights(cuda_session *s) {
         if (upload_block(s, &g, hw, 0, hw->rows, 0, hw->cols, &s->w[s->n_w])) rc = -1;
         else s->op_w[i] = owner[i] = (int)s->n_w++;
     }
+    if (rc == 0 && upload_moe(s, &g)) rc = -1;
     if (rc == 0 && g.st && cudaStreamSynchronize(g.st) != cudaSuccess)
         rc = cuda_failf(s, "weight upload failed: %s", cudaGetErrorString(cudaGetLastError()));
     stager_free(&g);

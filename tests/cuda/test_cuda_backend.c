@@ -48,6 +48,12 @@ static int gemma;
 /* Granite's layer: the embedding, the attention's scores, both residual adds and the logits
  * scaled by multipliers of their own */
 static int granite;
+/* When set, each layer's MLP is a mixture of moe_e experts (a moe op: router, the top moe_k,
+ * renormalized) of inner size moe_i; moe_shared adds Qwen2-MoE's gated shared expert; moe_sig
+ * routes as DeepSeek-V3 / GLM-4.5 (sigmoid scores, a choice bias, 2 groups of which the best
+ * counts, a routed scale). */
+static uint32_t moe_e, moe_k, moe_i = 96;
+static int moe_shared, moe_sig;
 /* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
  * outputs normalized before their adds (the kernels every model runs) */
 static int olmo;
@@ -81,8 +87,9 @@ static float frand(void) { /* uniform in [-1, 1) */
 typedef struct model {
     plan p;
     plan_op ops[64];
-    void *mem[64];
+    void *mem[512];
     int n_mem;
+    thin_wmat experts[L][3 * 16];
 } model;
 
 /* A weight of rows × cols, values ~ amp × uniform, stored as dt (FP8 with per-row scales). */
@@ -220,6 +227,34 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
                THIN_ROLE_DOWN);
         if (gemma || olmo) norm(m, l, B_H, B_H, dt); /* the MLP's output norm */
         add_op(m, PLAN_ADD, l, B_H, B_X)->factor = granite ? 0.6f : 0.0f;
+        if (moe_e) { /* the layer's mixture after its dense MLP: h → att, added into x */
+            if (!olmo) norm(m, l, B_X, B_H, dt);
+            o = add_op(m, PLAN_MOE, l, B_H, B_ATT);
+            o->w = make_w(m, moe_e, H, dt, 4.0f * amp, 0);
+            o->w_role = THIN_ROLE_ROUTER;
+            for (uint32_t e = 0; e < moe_e; e++) {
+                thin_wmat *x = m->experts[l] + 3 * e;
+                x[0] = make_w(m, moe_i, H, ffn_dt, 2 * amp, 0);
+                x[1] = make_w(m, moe_i, H, ffn_dt, 2 * amp, 0);
+                x[2] = make_w(m, H, moe_i, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)moe_i), 0);
+            }
+            o->experts = m->experts[l];
+            o->n_experts = moe_e, o->top_k = moe_k, o->moe_inter = moe_i, o->norm_topk = moe_k < moe_e;
+            o->n_group = o->topk_group = 1;
+            if (moe_shared) {
+                o->shared_inter = 2 * moe_i;
+                o->shared[0] = make_w(m, 2 * moe_i, H, ffn_dt, 2 * amp, 0);
+                o->shared[1] = make_w(m, 2 * moe_i, H, ffn_dt, 2 * amp, 0);
+                o->shared[2] = make_w(m, H, 2 * moe_i, ffn_dt, 1.0f / sqrtf(2.0f * moe_i), 0);
+                o->shared_gate = make_w(m, 1, H, dt, amp, 0);
+            }
+            if (moe_sig) {
+                o->moe_sigmoid = 1;
+                o->score_bias = make_w(m, 1, moe_e, THIN_DTYPE_F32, 0.1f, 0);
+                o->n_group = 2, o->topk_group = 1, o->routed_scale = 2.5f;
+            }
+            add_op(m, PLAN_ADD, l, B_ATT, B_X);
+        }
     }
     norm(m, -1, B_X, B_H, dt);
     linear(m, -1, B_H, B_LOGITS, emb, THIN_ROLE_LM_HEAD); /* tied */
@@ -597,6 +632,36 @@ static void run_all(const char *tag) {
     CASE("hidden 2048 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
 }
 
+/* Mixtures of experts (THIN_CUDA_MOE=1, moe.cu): a moe op after each layer's MLP. Where a row
+ * chooses among its experts (top 2 of 8) the cases take F32 weights, whose logits stay within
+ * 1e-4 of the CPU's: with BF16 activations a router score moves by about 1e-3, enough to swap
+ * two experts of nearly equal probability; the BF16 and FP8 cases take every expert (top 8 of
+ * 8), which leaves no choice to swap. */
+static void run_moe(const char *tag) {
+    if (pass_skipped(tag)) return;
+    char lab[160];
+    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    setenv("THIN_CUDA_MOE", "1", 1);
+    moe_e = 8, moe_k = 2;
+    CASE("top 2 of 8 experts, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    moe_shared = 1;
+    CASE("top 2 of 8 + shared expert, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    moe_shared = 0, moe_sig = 1;
+    CASE("sigmoid routing, groups, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    moe_sig = 0, moe_k = 8;
+    CASE("all 8 experts, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    moe_shared = 1;
+    CASE("all 8 experts + shared, BF16+FP8 ffn, F32 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3,
+         4e-2);
+    moe_shared = 0;
+    down_dt = THIN_DTYPE_BF16;
+    CASE("all 8 experts, FP8 gate/up, BF16 down, F16 w", THIN_DTYPE_F16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 1e-3,
+         4e-2);
+    down_dt = 0;
+    moe_e = moe_k = 0;
+    unsetenv("THIN_CUDA_MOE");
+}
+
 /* Sampling on the device (cuda_sample_row, sample.cu) against sampler_pick on the same rows and
  * draws: random rows, rows of equal logits (ties at every boundary: the id order decides), rows
  * of a few repeated values, one dominant logit (the rest underflow to p = 0), SmolLM3's vocabulary
@@ -713,6 +778,7 @@ int main(void) {
     setenv("THIN_CUDA_SAMPLE", "device", 0);
     setenv("THIN_CUDA_AHEAD", "1", 0);
     run_all("");
+    run_moe("moe: ");
     run_sampling("sampling: ");
     run_kv_fit("kv fit: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
