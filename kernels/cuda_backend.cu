@@ -249,21 +249,12 @@ static int warm_up(cuda_session *s) {
     return exec_capture_decode(s);
 }
 
-/* Every op runs on the GPU (Gemma's and Granite's ops and sliding windows too, since they first ran
- * there: tests/cuda/run_families.sh, test_cuda_backend); mixtures of experts (moe.cu) with env
- * THIN_CUDA_MOE=1 (opt-in until they have run there) and at most MOE_MAX_E experts. */
+/* Every op runs on the GPU (tests/cuda/run_families.sh and test_cuda_backend check each family's
+ * on the GPU machine), mixtures of experts (moe.cu) of at most MOE_MAX_E experts. */
 extern "C" int cuda_backend_runs(const plan *p, char *why, size_t len) {
-    const char *moe = getenv("THIN_CUDA_MOE");
-    const int moe_on = moe && strcmp(moe, "1") == 0;
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
-        if (o->kind != PLAN_MOE) continue;
-        if (!moe_on) {
-            snprintf(why, len, "the CUDA backend does not run this model's mixture of experts yet (tape op %u; "
-                     "THIN_CUDA_MOE=1 tries it, not yet run on a GPU)", i);
-            return 0;
-        }
-        if (o->n_experts > MOE_MAX_E) {
+        if (o->kind == PLAN_MOE && o->n_experts > MOE_MAX_E) {
             snprintf(why, len, "the CUDA backend runs mixtures of at most %u experts (tape op %u has %u)",
                      MOE_MAX_E, i, o->n_experts);
             return 0;

@@ -4,7 +4,7 @@
 # Gemma 3 (norms counted from 1 and the attention's scale folded into the uploaded norm weights,
 # the scaled embedding, the GELU gate, its sliding layers' window), Gemma 2 (soft caps, the
 # attention's scale in the attention kernels), Granite (its multipliers), the six mixtures of experts
-# (opt-in, THIN_CUDA_MOE=1: routing, shared experts, stacked experts),
+# (routing, shared experts, stacked experts),
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
@@ -69,18 +69,9 @@ family gemma2-tiny 0 logits.f32
 family granite-tiny 0 logits.f32
 steps granite-tiny add softcap
 steps granite-tiny scale softcap
-# mixtures of experts (moe.cu, opt-in with THIN_CUDA_MOE=1 until run on a GPU): every family's
-# fixture (softmax and sigmoid routing with groups, shared experts gated and not, stacked experts,
-# Granite's multipliers) against its float64 logits, greedy ids GPU = CPU
-export THIN_CUDA_MOE=1
+# mixtures of experts (moe.cu): every family's fixture (softmax and sigmoid routing with groups,
+# shared experts gated and not, stacked experts, Granite's multipliers) against its float64
+# logits, greedy ids GPU = CPU
 for m in qwen3-moe mixtral qwen2-moe olmoe granitemoe glm4-moe; do family $m-tiny 0 logits.f32; done
-unset THIN_CUDA_MOE
-# without the switch: refused naming the op, and thin-run without --device runs it on the CPU
-for m in qwen3-moe-tiny:'mixture of experts'; do
-    "$BIN/thin-pack" -q "$FIX/${m%%:*}" -o "$T/m.thin"
-    if "$BIN/thin-run" "$T/m.thin" --device cuda --ids 1 -n 1 2> "$T/err.txt"; then echo "${m%%:*} ran on the GPU" >&2; exit 1; fi
-    grep -q "the CUDA backend does not run this model's ${m#*:} yet" "$T/err.txt"
-    "$BIN/thin-run" "$T/m.thin" --ids 1 -n 1 --json 2> "$T/err.txt" | grep -q '"device": "cpu"'
-    grep -q 'running on the CPU' "$T/err.txt"
-done
+steps glm4-moe-tiny moe silu_mul
 echo ok

@@ -632,7 +632,7 @@ static void run_all(const char *tag) {
     CASE("hidden 2048 BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
 }
 
-/* Mixtures of experts (THIN_CUDA_MOE=1, moe.cu): a moe op after each layer's MLP. Where a row
+/* Mixtures of experts (moe.cu): a moe op after each layer's MLP. Where a row
  * chooses among its experts (top 2 of 8) the cases take F32 weights, whose logits stay within
  * 1e-4 of the CPU's: with BF16 activations a router score moves by about 1e-3, enough to swap
  * two experts of nearly equal probability; the BF16 and FP8 cases take every expert (top 8 of
@@ -641,7 +641,6 @@ static void run_moe(const char *tag) {
     if (pass_skipped(tag)) return;
     char lab[160];
     H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
-    setenv("THIN_CUDA_MOE", "1", 1);
     moe_e = 8, moe_k = 2;
     CASE("top 2 of 8 experts, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     moe_shared = 1;
@@ -659,7 +658,6 @@ static void run_moe(const char *tag) {
          4e-2);
     down_dt = 0;
     moe_e = moe_k = 0;
-    unsetenv("THIN_CUDA_MOE");
 }
 
 /* Sampling on the device (cuda_sample_row, sample.cu) against sampler_pick on the same rows and
