@@ -511,10 +511,10 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
  * op's input) through the router, each row's choice of top k experts, their gate/up/down and the
  * shared expert into out (rows ldo apart). tab: on the device, 3 (E + 1) dmats, each expert's
  * gate, up and down, then the shared expert's (rows 0 where there is none). Scratch (device): scores
- * n (E + 1) floats, sel and wts n KS each, cnt 2 (E + 1), list n KS, hb n KS imax floats, db n KS
- * hout floats. */
+ * n (E + 1) floats, sel and wts n KS each, cnt 3 (E + 1) + 1, list n KS, hb n KS imax floats, db
+ * n KS hout floats. */
 #define MOE_MAX_E 256u /* experts a moe op may have on the GPU */
-#define MOE_ROWS 32u   /* rows of one expert matrix a block of the gate/up and down kernels takes */
+#define MOE_ROWS 8u    /* rows of one expert matrix a block of the gate/up and down kernels takes */
 struct moe_args {
     const float *x;
     float *out;

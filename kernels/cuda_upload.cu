@@ -254,7 +254,7 @@ static int upload_moe(cuda_session *s, stager *g) {
         n_slot = sl > n_slot ? sl : n_slot;
         n_h = hh > n_h ? hh : n_h;
         n_d = dd > n_d ? dd : n_d;
-        n_cnt = 2 * ((size_t)E + 1) > n_cnt ? 2 * ((size_t)E + 1) : n_cnt;
+        n_cnt = 3 * ((size_t)E + 1) + 1 > n_cnt ? 3 * ((size_t)E + 1) + 1 : n_cnt;
     }
     if (!n_sc) return 0;
     void *v[7];

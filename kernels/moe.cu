@@ -53,39 +53,88 @@ __device__ __forceinline__ void moe_unpack(uint4 w, float (&f)[vec_of<DT>::epv])
     }
 }
 
-/* The warp's dot product of a padded weight row (16-byte vectors) with x's first `cols` floats. */
+/* acc += vector w (vector index v of a row) times x's matching floats (x ends at cols: the weights'
+ * padding is zero, x's is not). */
 template <int DT>
-__device__ __forceinline__ float moe_wdot(const uint4 *row, const float *x, uint32_t cols, uint32_t lane) {
+__device__ __forceinline__ void moe_fma(uint4 w, uint32_t v, const float *x, uint32_t cols, float &acc) {
+    constexpr uint32_t EPV = vec_of<DT>::epv;
+    float f[EPV];
+    moe_unpack<DT>(w, f);
+    const uint32_t c0 = v * EPV;
+    if (c0 + EPV <= cols) {
+#pragma unroll
+        for (uint32_t i = 0; i < EPV; i++) acc = fmaf(f[i], x[c0 + i], acc);
+    } else {
+        for (uint32_t i = 0; c0 + i < cols; i++) acc = fmaf(f[i], x[c0 + i], acc);
+    }
+}
+
+/* The warp's dot products of NR padded weight rows (16-byte vectors, the same length) with x's
+ * first `cols` floats into d (every lane); MOE_UNROLL vectors of each row in flight per lane. */
+#define MOE_UNROLL 4
+template <int DT, int NR>
+__device__ __forceinline__ void moe_wdot(const uint4 *const (&row)[NR], const float *x, uint32_t cols, uint32_t lane,
+                                         float (&d)[NR]) {
     constexpr uint32_t EPV = vec_of<DT>::epv;
     const uint32_t nvec = (cols + EPV - 1) / EPV;
-    float acc = 0.0f;
-    for (uint32_t v = lane; v < nvec; v += 32) {
-        float f[EPV];
-        moe_unpack<DT>(__ldg(row + v), f);
-        const uint32_t c0 = v * EPV;
-        if (c0 + EPV <= cols) {
+    float acc[NR];
 #pragma unroll
-            for (uint32_t i = 0; i < EPV; i++) acc = fmaf(f[i], x[c0 + i], acc);
-        } else { /* the row's last vector: x ends at cols (the weights' padding is zero, x's is not) */
-            for (uint32_t i = 0; c0 + i < cols; i++) acc = fmaf(f[i], x[c0 + i], acc);
-        }
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    uint32_t v = lane;
+    for (; v + 32 * (MOE_UNROLL - 1) < nvec; v += 32 * MOE_UNROLL) {
+        uint4 w[NR][MOE_UNROLL];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int u = 0; u < MOE_UNROLL; u++) w[r][u] = __ldg(row[r] + v + 32 * u);
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int u = 0; u < MOE_UNROLL; u++) moe_fma<DT>(w[r][u], v + 32 * u, x, cols, acc[r]);
     }
-    return warp_sum(acc);
+    for (; v < nvec; v += 32)
+#pragma unroll
+        for (int r = 0; r < NR; r++) moe_fma<DT>(__ldg(row[r] + v), v, x, cols, acc[r]);
+#pragma unroll
+    for (int r = 0; r < NR; r++) d[r] = warp_sum(acc[r]);
+}
+
+__device__ __forceinline__ const uint4 *moe_row(const dmat &w, uint32_t r) {
+    const size_t esz = w.dtype == THIN_DTYPE_F32 ? 4 : w.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
+    return (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
 }
 
 /* Row r of w against x (all lanes of the warp; the sum in every lane), its FP8 scale applied. */
 __device__ __forceinline__ float moe_dot(const dmat &w, uint32_t r, const float *x, uint32_t lane) {
-    const size_t esz = w.dtype == THIN_DTYPE_F32 ? 4 : w.dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2;
-    const uint4 *row = (const uint4 *)((const uint8_t *)w.data + (size_t)r * w.pitch * esz);
+    const uint4 *const row[1] = {moe_row(w, r)};
+    float d[1];
     switch (w.dtype) {
-    case THIN_DTYPE_F32: return moe_wdot<THIN_DTYPE_F32>(row, x, w.cols, lane);
-    case THIN_DTYPE_F16: return moe_wdot<THIN_DTYPE_F16>(row, x, w.cols, lane);
-    case THIN_DTYPE_BF16: return moe_wdot<THIN_DTYPE_BF16>(row, x, w.cols, lane);
-    default: {
-        const float d = moe_wdot<THIN_DTYPE_F8_E4M3>(row, x, w.cols, lane);
-        return w.scale ? d * w.scale[r] : d;
+    case THIN_DTYPE_F32: moe_wdot<THIN_DTYPE_F32, 1>(row, x, w.cols, lane, d); return d[0];
+    case THIN_DTYPE_F16: moe_wdot<THIN_DTYPE_F16, 1>(row, x, w.cols, lane, d); return d[0];
+    case THIN_DTYPE_BF16: moe_wdot<THIN_DTYPE_BF16, 1>(row, x, w.cols, lane, d); return d[0];
+    default: moe_wdot<THIN_DTYPE_F8_E4M3, 1>(row, x, w.cols, lane, d); return w.scale ? d[0] * w.scale[r] : d[0];
     }
+}
+
+/* Row r of g and of u (the same dtype and length) against x at once, their FP8 scales applied. */
+__device__ __forceinline__ void moe_dot2(const dmat &g, const dmat &u, uint32_t r, const float *x, uint32_t lane,
+                                         float &gv, float &uv) {
+    if (g.dtype != u.dtype || g.cols != u.cols) {
+        gv = moe_dot(g, r, x, lane), uv = moe_dot(u, r, x, lane);
+        return;
     }
+    const uint4 *const row[2] = {moe_row(g, r), moe_row(u, r)};
+    float d[2];
+    switch (g.dtype) {
+    case THIN_DTYPE_F32: moe_wdot<THIN_DTYPE_F32, 2>(row, x, g.cols, lane, d); break;
+    case THIN_DTYPE_F16: moe_wdot<THIN_DTYPE_F16, 2>(row, x, g.cols, lane, d); break;
+    case THIN_DTYPE_BF16: moe_wdot<THIN_DTYPE_BF16, 2>(row, x, g.cols, lane, d); break;
+    default:
+        moe_wdot<THIN_DTYPE_F8_E4M3, 2>(row, x, g.cols, lane, d);
+        if (g.scale) d[0] *= g.scale[r];
+        if (u.scale) d[1] *= u.scale[r];
+    }
+    gv = d[0], uv = d[1];
 }
 
 __global__ void moe_router_kernel(const moe_args a) {
@@ -114,24 +163,42 @@ __device__ void moe_top_k(const float *p, uint32_t n, uint32_t k, int32_t *sel) 
     }
 }
 
-/* One thread a row: its choice and weights (exec_cpu.c's moe_rows and route_sigmoid). */
+/* The warp's best value of c[0..n) (ties: the lower index), as exec_cpu.c's top_k picks. */
+__device__ __forceinline__ int32_t moe_warp_best(const float *c, uint32_t n, uint32_t lane) {
+    float bv = -INFINITY;
+    int32_t be = -1;
+    for (uint32_t e = lane; e < n; e += 32)
+        if (be < 0 || c[e] > bv) bv = c[e], be = (int32_t)e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int32_t oe = __shfl_xor_sync(0xffffffffu, be, o);
+        if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+    }
+    return be;
+}
+
+/* One warp a row: its choice and weights (exec_cpu.c's moe_rows and route_sigmoid), the choice
+ * scores in shared memory, the top k by K rounds of the warp's best (a chosen score then -inf). */
+#define MOE_ROUTE_WARPS 4
 __global__ void moe_route_kernel(const moe_args a, uint32_t n) {
     pdl_trigger();
     pdl_wait();
-    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ float cs[MOE_ROUTE_WARPS][MOE_MAX_E];
+    const uint32_t lane = threadIdx.x & 31, t = blockIdx.x * MOE_ROUTE_WARPS + (threadIdx.x >> 5);
     if (t >= n) return;
     const uint32_t E = a.E, K = a.K;
-    float *r = a.scores + (size_t)t * (E + 1);
+    float *r = a.scores + (size_t)t * (E + 1), *c = cs[threadIdx.x >> 5];
     int32_t *sel = a.sel + (size_t)t * a.KS;
     float *w = a.wts + (size_t)t * a.KS;
-    float c[MOE_MAX_E];
     if (a.sigmoid) {
-        for (uint32_t e = 0; e < E; e++) {
+        for (uint32_t e = lane; e < E; e += 32) {
             r[e] = 1.0f / (1.0f + expf(-r[e]));
             c[e] = r[e] + (a.bias ? a.bias[e] : 0.0f);
         }
+        __syncwarp();
         const uint32_t G = a.n_group, per = E / G;
-        if (G > 1) { /* a group's worth: its two best choice scores */
+        if (G > 1 && lane == 0) { /* a group's worth: its two best choice scores */
             float gs[MOE_MAX_E];
             int32_t two[2], gsel[MOE_MAX_E];
             for (uint32_t g = 0; g < G; g++) {
@@ -145,14 +212,22 @@ __global__ void moe_route_kernel(const moe_args a, uint32_t n) {
                 for (uint32_t e = 0; !keep && e < per; e++) c[g * per + e] = 0.0f;
             }
         }
-        moe_top_k(c, E, K, sel);
     } else {
-        float mx = r[0], sum = 0.0f;
-        for (uint32_t e = 1; e < E; e++) mx = r[e] > mx ? r[e] : mx;
-        for (uint32_t e = 0; e < E; e++) sum += r[e] = expf(r[e] - mx);
-        for (uint32_t e = 0; e < E; e++) r[e] /= sum;
-        moe_top_k(r, E, K, sel);
+        float mx = -INFINITY, sum = 0.0f;
+        for (uint32_t e = lane; e < E; e += 32) mx = fmaxf(mx, r[e]);
+        mx = warp_max(mx);
+        for (uint32_t e = lane; e < E; e += 32) sum += r[e] = expf(r[e] - mx);
+        sum = warp_sum(sum);
+        for (uint32_t e = lane; e < E; e += 32) c[e] = r[e] /= sum;
     }
+    __syncwarp();
+    for (uint32_t k = 0; k < K; k++) {
+        const int32_t be = moe_warp_best(c, E, lane);
+        __syncwarp();
+        if (lane == 0) sel[k] = be, c[be] = -INFINITY;
+        __syncwarp();
+    }
+    if (lane) return;
     float ksum = 0.0f;
     for (uint32_t k = 0; k < K; k++) ksum += r[sel[k]];
     if (a.sigmoid) ksum += 1e-20f; /* as DeepSeek-V3 divides */
@@ -165,7 +240,7 @@ __global__ void moe_route_kernel(const moe_args a, uint32_t n) {
 }
 
 /* The n × KS entries (row × KS + slot) grouped by expert in row order: cnt[e] entries from
- * list[cnt[E + 1 + e]]. */
+ * list[cnt[E + 1 + e]]; cnt[2 (E + 1)] experts with entries, their ids from cnt[2 (E + 1) + 1] up. */
 __global__ void moe_bucket_kernel(const moe_args a, uint32_t n) {
     pdl_trigger();
     pdl_wait();
@@ -182,38 +257,51 @@ __global__ void moe_bucket_kernel(const moe_args a, uint32_t n) {
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < ne; i += blockDim.x) a.cnt[i] = c[i], a.cnt[ne + i] = o[i];
     __syncthreads();
-    if (threadIdx.x == 0) /* in row order, so that every run places them alike */
+    if (threadIdx.x == 0) { /* in row order, so that every run places them alike */
         for (uint32_t i = 0; i < tot; i++) a.list[o[a.sel[i]]++] = i;
+        uint32_t na = 0;
+        for (uint32_t e = 0; e < ne; e++)
+            if (c[e]) a.cnt[2 * ne + 1 + na++] = e;
+        a.cnt[2 * ne] = na;
+    }
 }
 
-/* Block (x, e): rows [MOE_ROWS x, MOE_ROWS (x + 1)) of expert e's gate and up, MOE_ROWS / warps
- * rows a warp, for every entry that chose e: h = silu(gate · x) * (up · x). */
+/* The expert block y of the gate/up and down kernels takes: the y-th with entries (grid.y is
+ * min(E + 1, entries), so a decode step launches blocks for its chosen experts only), or -1. */
+__device__ __forceinline__ int32_t moe_block_expert(const moe_args &a) {
+    const uint32_t ne = a.E + 1;
+    return blockIdx.y < a.cnt[2 * ne] ? (int32_t)a.cnt[2 * ne + 1 + blockIdx.y] : -1;
+}
+
+/* Block (x, y): rows [MOE_ROWS x, MOE_ROWS (x + 1)) of its expert's gate and up, MOE_ROWS / warps
+ * rows a warp, for every entry that chose the expert: h = silu(gate · x) * (up · x). */
 __global__ void moe_gateup_kernel(const moe_args a) {
     pdl_trigger();
     pdl_wait();
-    const uint32_t e = blockIdx.y, ne = a.E + 1, cnt = a.cnt[e];
-    if (!cnt) return;
-    const uint32_t off = a.cnt[ne + e], lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t e = moe_block_expert(a);
+    if (e < 0) return;
+    const uint32_t ne = a.E + 1, cnt = a.cnt[e], off = a.cnt[ne + e], lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const dmat g = a.tab[3 * e], u = a.tab[3 * e + 1];
     for (uint32_t j = blockIdx.x * MOE_ROWS + (threadIdx.x >> 5); j < g.rows && j < (blockIdx.x + 1) * MOE_ROWS;
          j += nw) {
         for (uint32_t q = 0; q < cnt; q++) {
             const uint32_t ent = a.list[off + q];
             const float *x = a.x + (size_t)(ent / a.KS) * a.ldx;
-            const float gv = moe_dot(g, j, x, lane), uv = moe_dot(u, j, x, lane);
+            float gv, uv;
+            moe_dot2(g, u, j, x, lane, gv, uv);
             if (lane == 0) a.hb[(size_t)ent * a.imax + j] = silu_f(gv) * uv;
         }
     }
 }
 
-/* Block (x, e): output rows [MOE_ROWS x, MOE_ROWS (x + 1)) of expert e's down projection for
- * every entry that chose e. */
+/* Block (x, y): output rows [MOE_ROWS x, MOE_ROWS (x + 1)) of its expert's down projection for
+ * every entry that chose the expert. */
 __global__ void moe_down_kernel(const moe_args a) {
     pdl_trigger();
     pdl_wait();
-    const uint32_t e = blockIdx.y, ne = a.E + 1, cnt = a.cnt[e];
-    if (!cnt) return;
-    const uint32_t off = a.cnt[ne + e], lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t e = moe_block_expert(a);
+    if (e < 0) return;
+    const uint32_t ne = a.E + 1, cnt = a.cnt[e], off = a.cnt[ne + e], lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const dmat d = a.tab[3 * e + 2];
     for (uint32_t c = blockIdx.x * MOE_ROWS + (threadIdx.x >> 5); c < d.rows && c < (blockIdx.x + 1) * MOE_ROWS;
          c += nw) {
@@ -249,13 +337,16 @@ __global__ void moe_combine_kernel(const moe_args a) {
 
 cudaError_t launch_moe(const moe_args *a, uint32_t n, cudaStream_t st) {
     if (a->E == 0 || a->E > MOE_MAX_E || n == 0 || n > 65535) return cudaErrorInvalidValue;
+    const uint32_t ny = n * a->KS < a->E + 1 ? n * a->KS : a->E + 1; /* experts that can have entries */
     cudaError_t e = launch_k(moe_router_kernel, dim3((a->E + 1 + 7) / 8, n), dim3(256), 0, st, *a);
-    if (e == cudaSuccess) e = launch_k(moe_route_kernel, dim3((n + 63) / 64), dim3(64), 0, st, *a, n);
+    if (e == cudaSuccess)
+        e = launch_k(moe_route_kernel, dim3((n + MOE_ROUTE_WARPS - 1) / MOE_ROUTE_WARPS), dim3(32 * MOE_ROUTE_WARPS),
+                     0, st, *a, n);
     if (e == cudaSuccess) e = launch_k(moe_bucket_kernel, dim3(1), dim3(256), 0, st, *a, n);
     if (e == cudaSuccess)
-        e = launch_k(moe_gateup_kernel, dim3((a->imax + MOE_ROWS - 1) / MOE_ROWS, a->E + 1), dim3(256), 0, st, *a);
+        e = launch_k(moe_gateup_kernel, dim3((a->imax + MOE_ROWS - 1) / MOE_ROWS, ny), dim3(256), 0, st, *a);
     if (e == cudaSuccess)
-        e = launch_k(moe_down_kernel, dim3((a->hout + MOE_ROWS - 1) / MOE_ROWS, a->E + 1), dim3(256), 0, st, *a);
+        e = launch_k(moe_down_kernel, dim3((a->hout + MOE_ROWS - 1) / MOE_ROWS, ny), dim3(256), 0, st, *a);
     if (e == cudaSuccess) e = launch_k(moe_combine_kernel, dim3((a->hout + 255) / 256, n), dim3(256), 0, st, *a);
     return e;
 }
