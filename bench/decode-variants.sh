@@ -6,7 +6,7 @@
 #
 # Makes (or reuses) the random SmolLM3-3B as bench/bench-gpu.sh does (BF16, and FP8 with
 # --profile quality; or the random Qwen2.5-1.5B / Qwen3-1.7B of bench/make-qwen.py: models q2, q2q,
-# q3, q3q), then
+# q3, q3q; or its Qwen3-30B-A3B-shaped mixture of experts, 4 layers: m3, m3q), then
 # for each model in MODELS and each variant in VARIANTS (';'-separated
 # lists of VAR=value words, '-' for the defaults; a word RUN=path runs that thin-run binary instead
 # of BIN's, to compare builds) decodes 128 tokens after a 16-token prompt
@@ -16,7 +16,7 @@
 # BIN=build-trace/bin) each first run also records the timeline of decode token N
 # (THIN_CUDA_TRACE) and bench/trace-summary.py prints where its time went; the probes cost a few
 # per cent, so speeds are best compared in a build without them.
-# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"; also q2, q2q, q3, q3q); VARIANTS; REPEAT (3);
+# Environment: BIN, B, WORK as bench-gpu.sh; MODELS (default "s3 s3q"; also q2, q2q, q3, q3q, m3, m3q); VARIANTS; REPEAT (3);
 # DECODE_ARGS, thin-run's choice of the next token (default "-t 0", greedy; e.g. "-t 0.8 --top-p
 # 0.95 --seed 1" for sampling, whose ids then compare across variants for the same seed).
 set -u
@@ -36,20 +36,22 @@ mkdir -p "$OUTDIR" "$WORK"
 
 BW=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/copy_bandwidth_GBps/{print $2}')
 # the models MODELS names and WORK lacks: s3 / s3q (SmolLM3-3B, BF16 / quality FP8), q2 / q2q
-# (Qwen2.5-1.5B, with q/k/v biases), q3 / q3q (Qwen3-1.7B, with q/k norms)
+# (Qwen2.5-1.5B, with q/k/v biases), q3 / q3q (Qwen3-1.7B, with q/k norms), m3 / m3q (Qwen3-30B-A3B's
+# layer, 4 layers: 128 experts, top 8)
 needs() { for n; do case " $MODELS " in *" $n "*) return 0 ;; esac; done; return 1; }
 if needs s3 s3q && [ ! -f "$WORK/s3.thin" ]; then
     PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1 || exit 1
     "$BIN/thin-pack" -q "$WORK/smollm3" \
         --tokenizer fixtures/tokenizer-vectors/ggml-vocab-llama-bpe.gguf -o "$WORK/s3.thin" || exit 1
 fi
-for n in 2 3; do
-    if needs q$n q${n}q && [ ! -f "$WORK/q$n.thin" ]; then
+for n in 2 3 3moe; do
+    m=q$n; [ $n = 3moe ] && m=m3
+    if needs $m ${m}q && [ ! -f "$WORK/$m.thin" ]; then
         PYTHONUNBUFFERED=1 python3 bench/make-qwen.py qwen$n "$WORK/qwen$n" >/dev/null 2>&1 || exit 1
-        "$BIN/thin-pack" -q "$WORK/qwen$n" -o "$WORK/q$n.thin" || exit 1
+        "$BIN/thin-pack" -q "$WORK/qwen$n" -o "$WORK/$m.thin" || exit 1
     fi
 done
-for m in s3 q2 q3; do
+for m in s3 q2 q3 m3; do
     if needs "${m}q" && [ ! -f "$WORK/${m}q.thin" ]; then
         "$BIN/thin-quant" -q --profile quality "$WORK/$m.thin" -o "$WORK/${m}q.thin" || exit 1
     fi

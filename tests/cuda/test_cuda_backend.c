@@ -8,8 +8,9 @@
  * decode attention in 32-position splits (several blocks per cluster, several clusters), FP8
  * o-projections (the attention + o kernel's FP8 rows) and FP8 q, k, v (the attention block
  * kernel's), and (run_heads) one query head per KV head and head_dim 256; with BF16 caches the
- * prefill's tensor-core attention (opt-in) against the F32 attention kernels; the prefill's GEMM
- * on transposed down projections as stored (opt-in).
+ * prefill's tensor-core attention against the F32 attention kernels; the prefill's GEMM on
+ * transposed down projections as stored (opt-in); Gemma's, Granite's and OLMo 2's layers, sliding
+ * windows; mixtures of experts (run_moe).
  * Plain C, no cmocka: prints each check, exits 1 if any failed (0 with a note when no GPU).
  */
 #include <math.h>
