@@ -46,16 +46,20 @@ def make_qwen2():
     return model
 
 
+def qk_norms_around_one(model):
+    """The q and k norm weights drawn around 1 (transformers starts them at 1)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.normal_(1.0, 0.1)
+    return model
+
+
 def make_qwen3():
     cfg = Qwen3Config(hidden_size=2048, intermediate_size=6144, num_attention_heads=16,
                       num_key_value_heads=8, head_dim=128, **SHAPE)
     with torch.device("cuda"):
-        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
-                    norm.weight.normal_(1.0, 0.1)
-    return model
+        return qk_norms_around_one(Qwen3ForCausalLM(cfg).to(torch.bfloat16))
 
 
 def make_qwen3moe():
@@ -66,12 +70,7 @@ def make_qwen3moe():
                          max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
                          tie_word_embeddings=False)
     with torch.device("cuda"):
-        model = Qwen3MoeForCausalLM(cfg).to(torch.bfloat16)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
-                    norm.weight.normal_(1.0, 0.1)
-    return model
+        return qk_norms_around_one(Qwen3MoeForCausalLM(cfg).to(torch.bfloat16))
 
 
 FAMILIES = {"qwen2": (make_qwen2, Qwen2ForCausalLM), "qwen3": (make_qwen3, Qwen3ForCausalLM),
