@@ -3,14 +3,16 @@
  * step is n = 1, in the decode graph: every choice is made on the device).
  *
  *  1. router: each row's E scores (one warp a row of the router; row E the shared expert's gate).
- *  2. route: each row's choice, as exec_cpu.c's moe_rows makes it: the softmax of the scores and
- *     their top k, or DeepSeek-V3's sigmoid scores chosen on score + bias within the best groups;
- *     the weights (renormalized where norm_topk, times routed_scale), and a last slot for the
- *     shared expert (weight sigmoid(gate score), or 1) where there is one.
- *  3. bucket: the (row, slot) entries grouped by expert, in row order (one block).
- *  4. gate/up: a block of rows of one expert's gate and up (grid.y: the expert) for every entry
- *     that chose it, h = silu(g) * u: each expert's weights are read once for the batch (the
- *     entries reread them from L1/L2), the experts no row chose not at all.
+ *  2. route: each row's choice (a warp a row), as exec_cpu.c's moe_rows makes it: the softmax of
+ *     the scores and their top k, or DeepSeek-V3's sigmoid scores chosen on score + bias within the
+ *     best groups; the weights (renormalized where norm_topk, times routed_scale), and a last
+ *     slot for the shared expert (weight sigmoid(gate score), or 1) where there is one.
+ *  3. bucket: the (row, slot) entries grouped by expert, in row order, and the list of experts
+ *     with entries (one block).
+ *  4. gate/up: a block of rows of one expert's gate and up (grid.y: the y-th expert with entries,
+ *     so a decode step launches blocks for its chosen experts only) for every entry that chose
+ *     it, h = silu(g) * u: each expert's weights are read once for the batch (the entries reread
+ *     them from L1/L2), the experts no row chose not at all.
  *  5. down: the same for the down rows, one output row a warp: each entry's expert output.
  *  6. combine: each row's output, its experts' outputs times their weights summed in expert order
  *     (as the CPU's), then the shared expert's.
