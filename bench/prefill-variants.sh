@@ -16,7 +16,8 @@
 # With NCU=1 (and ncu on the PATH) each model and variant is also run once under
 # `ncu --metrics gpu__time_duration.sum` and its kernels' times are summed by name (the warm-up's
 # decode kernels included).
-# Environment: BIN, B, WORK as bench/decode-variants.sh; MODELS (default "s3 s3q"); VARIANTS;
+# Environment: BIN, B, WORK as bench/decode-variants.sh; MODELS (default "s3 s3q"; any other model
+# bench/decode-variants.sh has made in WORK, e.g. q3 or m3); VARIANTS;
 # REPEAT (2); LEN (512); NCU (0); VERIFY (0).
 set -u
 cd "$(dirname "$0")/.." || exit 1

@@ -375,10 +375,12 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         CK(s, launch_gelu_tanh_mul(s->buf[o->out], ld_of(s, o->out), s->buf[o->in], ld_of(s, o->in),
                                    ld_of(s, o->out), n, s->st));
         return 0;
-    case STEP_SOFTCAP: { /* the rows the LM head wrote, where it is the logits */
-        const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
-        CK(s, launch_softcap(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),
-                             o->softcap, n - r0, s->st));
+    case STEP_SOFTCAP:
+    case STEP_SCALE: { /* in place, on the rows the LM head wrote where it is the logits */
+        const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0, ld = ld_of(s, o->in);
+        float *x = s->buf[o->in] + (size_t)r0 * ld;
+        if (st->kind == STEP_SOFTCAP) CK(s, launch_softcap(x, ld, ld, o->softcap, n - r0, s->st));
+        else CK(s, launch_scale(x, ld, ld, o->factor, n - r0, s->st));
         return 0;
     }
     case STEP_MOE: {
@@ -396,7 +398,7 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         a.bias = m->bias;
         a.E = o->n_experts;
         a.K = o->top_k;
-        a.KS = o->top_k + (o->shared_inter ? 1 : 0);
+        a.KS = moe_slots(o);
         a.n_group = o->n_group ? o->n_group : 1;
         a.topk_group = o->topk_group ? o->topk_group : 1;
         a.norm_topk = (uint32_t)o->norm_topk;
@@ -412,12 +414,6 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         a.cnt = s->d_moe_cnt;
         a.list = s->d_moe_list;
         CK(s, launch_moe(&a, n, s->st));
-        return 0;
-    }
-    case STEP_SCALE: { /* as the soft cap */
-        const uint32_t r0 = lm_last && o->in == s->p->logits_buf ? n - 1 : 0;
-        CK(s, launch_scale(s->buf[o->in] + (size_t)r0 * ld_of(s, o->in), ld_of(s, o->in), ld_of(s, o->in),
-                           o->factor, n - r0, s->st));
         return 0;
     }
     }

@@ -38,6 +38,9 @@ typedef enum step_kind {
     STEP_MOE,      /* a mixture of experts (moe.cu) */
 } step_kind;
 
+/* A moe op's slots a row: its top k, and one more for a shared expert (moe_args.KS). */
+static inline uint32_t moe_slots(const plan_op *o) { return o->top_k + (o->shared_inter ? 1u : 0u); }
+
 /* A moe op's weights on the device (cuda_upload.cu's upload_moe). */
 typedef struct moe_dev {
     dmat *tab;     /* device: 3 (E + 1) dmats (moe_args.tab) */

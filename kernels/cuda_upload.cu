@@ -168,19 +168,24 @@ static int folded(const plan *p, uint32_t i) {
            (o->norm_offset != 0.0f || norm_fold_factor(p, i) != 1.0f);
 }
 
-/* Uploads norm op i's weights folded (see folded). */
-static int upload_folded(cuda_session *s, stager *g, uint32_t i, dmat *d) {
-    const plan_op *o = &s->p->ops[i];
-    const uint64_t n = o->w.rows * o->w.cols;
-    const float f = norm_fold_factor(s->p, i);
+/* Uploads a vector weight (its rows × cols elements, any dtype) as one F32 row, each element
+ * (offset + w) × f. */
+static int upload_f32(cuda_session *s, stager *g, const thin_wmat *hw, float offset, float f, dmat *d) {
+    const uint64_t n = hw->rows * hw->cols;
     float *v = (float *)malloc((n ? n : 1) * sizeof(float));
     if (!v) return cuda_failf(s, "out of memory");
-    for (uint64_t k = 0; k < n; k++) v[k] = (o->norm_offset + thin_wmat_get(&o->w, 0, k)) * f;
+    for (uint64_t k = 0; k < n; k++) v[k] = (offset + thin_wmat_get(hw, 0, k)) * f;
     const thin_wmat t = {v, THIN_DTYPE_F32, NULL, 1, n};
     int rc = upload_block(s, g, &t, 0, 1, 0, n, d);
     /* the staging copies run before upload_block returns; the DMA reads the pinned buffer */
     free(v);
     return rc;
+}
+
+/* Uploads norm op i's weights folded (see folded). */
+static int upload_folded(cuda_session *s, stager *g, uint32_t i, dmat *d) {
+    const plan_op *o = &s->p->ops[i];
+    return upload_f32(s, g, &o->w, o->norm_offset, norm_fold_factor(s->p, i), d);
 }
 
 /* Index of an already uploaded weight with the same host data, or -1 (fold: the ops whose
@@ -198,20 +203,6 @@ static int find_same(const cuda_session *s, const thin_wmat *hw, const int *owne
     return -1;
 }
 
-/* A vector weight (1 × n, any dtype) as F32 on the device. */
-static int upload_f32(cuda_session *s, stager *g, const thin_wmat *hw, float **out) {
-    const uint64_t n = hw->rows * hw->cols;
-    float *v = (float *)malloc((n ? n : 1) * sizeof(float));
-    if (!v) return cuda_failf(s, "out of memory");
-    for (uint64_t k = 0; k < n; k++) v[k] = thin_wmat_get(hw, 0, k);
-    const thin_wmat t = {v, THIN_DTYPE_F32, NULL, 1, n};
-    dmat d;
-    int rc = upload_block(s, g, &t, 0, 1, 0, n, &d);
-    free(v);
-    *out = (float *)d.data;
-    return rc;
-}
-
 /* Moe op i's experts (and shared expert) into a device table of dmats, its shared gate and its
  * choice bias (the router is the op's weight, uploaded as any other); then the scratch of the
  * largest moe op for max_batch rows. */
@@ -226,7 +217,7 @@ static int upload_moe(cuda_session *s, stager *g) {
             if (!s->op_moe) return cuda_failf(s, "out of memory");
         }
         moe_dev *m = &s->op_moe[i];
-        const uint32_t E = o->n_experts, KS = o->top_k + (o->shared_inter ? 1 : 0);
+        const uint32_t E = o->n_experts, KS = moe_slots(o);
         dmat *h = (dmat *)calloc(3 * ((size_t)E + 1), sizeof(dmat));
         if (!h) return cuda_failf(s, "out of memory");
         int rc = 0;
@@ -246,7 +237,11 @@ static int upload_moe(cuda_session *s, stager *g) {
         if (o->shared_gate.data &&
             upload_block(s, g, &o->shared_gate, 0, 1, 0, o->shared_gate.cols, &m->sgate))
             return -1;
-        if (o->score_bias.data && upload_f32(s, g, &o->score_bias, &m->bias)) return -1;
+        if (o->score_bias.data) {
+            dmat b;
+            if (upload_f32(s, g, &o->score_bias, 0.0f, 1.0f, &b)) return -1;
+            m->bias = (float *)b.data;
+        }
         m->imax = o->moe_inter > o->shared_inter ? o->moe_inter : o->shared_inter;
         const size_t b = s->max_batch;
         const size_t sc = b * (E + 1), sl = b * KS, hh = sl * m->imax, dd = sl * p->buf_sizes[o->out];
