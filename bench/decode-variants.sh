@@ -38,7 +38,7 @@ BW=$("$B/tests/cuda/test_copy_bandwidth" 2>/dev/null | awk '/copy_bandwidth_GBps
 # the models MODELS names and WORK lacks: s3 / s3q (SmolLM3-3B, BF16 / quality FP8), q2 / q2q
 # (Qwen2.5-1.5B, with q/k/v biases), q3 / q3q (Qwen3-1.7B, with q/k norms), m3 / m3q (Qwen3-30B-A3B's
 # layer, 4 layers: 128 experts, top 8)
-needs() { for n; do case " $MODELS " in *" $n "*) return 0 ;; esac; done; return 1; }
+needs() { for want; do case " $MODELS " in *" $want "*) return 0 ;; esac; done; return 1; }
 if needs s3 s3q && [ ! -f "$WORK/s3.thin" ]; then
     PYTHONUNBUFFERED=1 python3 bench/make-smollm3.py "$WORK/smollm3" >/dev/null 2>&1 || exit 1
     "$BIN/thin-pack" -q "$WORK/smollm3" \

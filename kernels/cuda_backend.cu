@@ -250,13 +250,19 @@ static int warm_up(cuda_session *s) {
 }
 
 /* Every op runs on the GPU (tests/cuda/run_families.sh and test_cuda_backend check each family's
- * on the GPU machine), mixtures of experts (moe.cu) of at most MOE_MAX_E experts. */
+ * on the GPU machine), mixtures of experts (moe.cu) of at most MOE_MAX_E experts whose rows fit moe_fits. */
 extern "C" int cuda_backend_runs(const plan *p, char *why, size_t len) {
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
         if (o->kind == PLAN_MOE && o->n_experts > MOE_MAX_E) {
             snprintf(why, len, "the CUDA backend runs mixtures of at most %u experts (tape op %u has %u)",
                      MOE_MAX_E, i, o->n_experts);
+            return 0;
+        }
+        const uint32_t inter = o->moe_inter > o->shared_inter ? o->moe_inter : o->shared_inter;
+        if (o->kind == PLAN_MOE && o->n_experts && !moe_fits((uint32_t)o->experts[0].cols, inter)) {
+            snprintf(why, len, "tape op %u: experts of %u inputs and %u inner units are too wide for the CUDA backend",
+                     i, (unsigned)o->experts[0].cols, inter);
             return 0;
         }
     }
@@ -354,6 +360,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);
+    const char *m1 = getenv("THIN_CUDA_MOE1");
+    thin_cuda_moe1 = !(m1 && strcmp(m1, "0") == 0);
     const char *aog = getenv("THIN_CUDA_AO_GEN"); /* 1: the attention + o kernel's general instance always */
     thin_cuda_ao_gen = aog && strcmp(aog, "1") == 0;
     const char *aor = getenv("THIN_CUDA_AO_ROPE"); /* 0: a rope kernel before the attention + o kernel */

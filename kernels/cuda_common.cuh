@@ -24,7 +24,7 @@ struct dmat {
     int dtype;          /* thin_dtype: F32, F16, BF16, F8_E4M3 */
     uint32_t rows;      /* rows held here (out features) */
     uint32_t cols;      /* columns held here (in features) */
-    uint32_t pitch;     /* elements per stored row: cols rounded up to 16 bytes */
+    uint32_t pitch;     /* elements per stored row: dmat_pitch(cols) */
     uint64_t row0;      /* first row of the full matrix held here */
     uint64_t col0;      /* first column of the full matrix held here */
     uint32_t trans;     /* 1: data holds the transpose, cols rows of `pitch` elements (rows padded
@@ -45,7 +45,7 @@ static inline uint32_t dtype_vec_elems(int dt) {
 
 /* Elements per stored row of a dmat whose rows hold n elements: n padded to a multiple of 32
  * (zeros), so that every row starts 16-byte aligned and whole load batches need no tail test. */
-static inline uint32_t dmat_pitch(uint64_t n) { return (uint32_t)((n + 31) / 32 * 32); }
+static inline __host__ __device__ uint32_t dmat_pitch(uint64_t n) { return (uint32_t)((n + 31) / 32 * 32); }
 
 /* ---- device helpers ---- */
 
@@ -514,7 +514,7 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
  * n (E + 1) floats, sel and wts n KS each, cnt 3 (E + 1) + 1, list n KS, hb n KS imax floats, db
  * n KS hout floats. */
 #define MOE_MAX_E 256u /* experts a moe op may have on the GPU */
-#define MOE_ROWS 8u    /* rows of one expert matrix a block of the gate/up and down kernels takes */
+#define MOE_SMEM_MAX (200u * 1024u) /* shared memory for one staged x or h (floats) of a moe op */
 struct moe_args {
     const float *x;
     float *out;
@@ -530,8 +530,15 @@ struct moe_args {
     float *scores, *wts, *hb, *db;
     int32_t *sel;
     uint32_t *cnt, *list;
+    int gu_dtype, dn_dtype; /* every gate/up, every down of one dtype (-1: mixed; see moe_one) */
+    uint32_t one;           /* set by launch_moe: the one-row kernels run (moe_one) */
 };
-cudaError_t launch_moe(const moe_args *a, uint32_t n, cudaStream_t st);
+/* The moe op for n rows; n_sm sizes the one-row kernels' grids (moe.cu's moe_one; off with
+ * thin_cuda_moe1 = 0, env THIN_CUDA_MOE1=0). */
+extern int thin_cuda_moe1;
+cudaError_t launch_moe(const moe_args *a, uint32_t n, int n_sm, cudaStream_t st);
+/* 1 when a moe op of these input and (largest) inner sizes fits launch_moe's staging. */
+int moe_fits(uint32_t hidden, uint32_t inter);
 /* dst[c][r] = src[r][c] for r < rows, c < cols, elements of esz bytes (1 or 2); pitches in
  * elements. Padding of dst is left as it is. */
 cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,

@@ -413,7 +413,9 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
         a.sel = s->d_moe_sel;
         a.cnt = s->d_moe_cnt;
         a.list = s->d_moe_list;
-        CK(s, launch_moe(&a, n, s->st));
+        a.gu_dtype = m->gu_dtype;
+        a.dn_dtype = m->dn_dtype;
+        CK(s, launch_moe(&a, n, s->n_sm, s->st));
         return 0;
     }
     }

@@ -47,6 +47,8 @@ typedef struct moe_dev {
     dmat sgate;    /* the shared expert's gate, or data NULL */
     float *bias;   /* device: the choice bias (E floats), or NULL */
     uint32_t imax; /* the largest inner size, routed or shared */
+    int gu_dtype;  /* the dtype of every expert's gate and up (shared expert's too), or -1 if mixed */
+    int dn_dtype;  /* the same for the down projections */
 } moe_dev;
 
 typedef struct step {

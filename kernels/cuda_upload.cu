@@ -227,6 +227,14 @@ static int upload_moe(cuda_session *s, stager *g) {
         }
         for (uint32_t k = 0; rc == 0 && o->shared_inter && k < 3; k++)
             rc = upload_block(s, g, &o->shared[k], 0, o->shared[k].rows, 0, o->shared[k].cols, &h[3 * E + k]);
+        /* one dtype for all gate and up rows, one for all down rows: the one-row kernels' case */
+        const uint32_t nm = 3 * E + (o->shared_inter ? 3 : 0);
+        m->gu_dtype = h[0].dtype, m->dn_dtype = h[2].dtype;
+        for (uint32_t k = 0; rc == 0 && k < nm; k++) {
+            const dmat *x = &h[k];
+            int *dt = k % 3 == 2 ? &m->dn_dtype : &m->gu_dtype;
+            if (x->dtype != *dt || (k % 3 != 2 && x->pitch != h[0].pitch)) *dt = -1;
+        }
         void *tab = NULL;
         if (rc == 0 && (rc = cuda_alloc(s, &tab, 3 * ((size_t)E + 1) * sizeof(dmat))) == 0 &&
             cudaMemcpy(tab, h, 3 * ((size_t)E + 1) * sizeof(dmat), cudaMemcpyHostToDevice) != cudaSuccess)

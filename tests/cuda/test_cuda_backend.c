@@ -54,6 +54,7 @@ static int granite;
  * routes as DeepSeek-V3 / GLM-4.5 (sigmoid scores, a choice bias, 2 groups of which the best
  * counts, a routed scale). */
 static uint32_t moe_e, moe_k, moe_i = 96;
+static thin_dtype moe_up_dt; /* when set, the experts' up rows in this dtype (gate and up apart) */
 static int moe_shared, moe_sig;
 /* OLMo 2's layer: no input norms (the linears read x), q and k normalized whole, the o and down
  * outputs normalized before their adds (the kernels every model runs) */
@@ -236,7 +237,7 @@ static void build(model *m, thin_dtype dt, thin_dtype ffn_dt, thin_dtype kv) {
             for (uint32_t e = 0; e < moe_e; e++) {
                 thin_wmat *x = m->experts[l] + 3 * e;
                 x[0] = make_w(m, moe_i, H, ffn_dt, 2 * amp, 0);
-                x[1] = make_w(m, moe_i, H, ffn_dt, 2 * amp, 0);
+                x[1] = make_w(m, moe_i, H, moe_up_dt ? moe_up_dt : ffn_dt, 2 * amp, 0);
                 x[2] = make_w(m, H, moe_i, down_dt ? down_dt : ffn_dt, 1.0f / sqrtf((float)moe_i), 0);
             }
             o->experts = m->experts[l];
@@ -646,6 +647,13 @@ static void run_moe(const char *tag) {
     CASE("top 2 of 8 experts, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     moe_shared = 1;
     CASE("top 2 of 8 + shared expert, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
+    moe_i = 40; /* inner sizes off the 32-element pitch (40, shared 80): rows padded past them */
+    CASE("top 2 of 8 + shared expert, inner 40, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4,
+         1e-4);
+    moe_k = 8;
+    CASE("all 8 experts + shared, inner 40, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3,
+         4e-2);
+    moe_i = 96, moe_k = 2;
     moe_shared = 0, moe_sig = 1;
     CASE("sigmoid routing, groups, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     moe_sig = 0, moe_k = 8;
@@ -657,6 +665,10 @@ static void run_moe(const char *tag) {
     down_dt = THIN_DTYPE_BF16;
     CASE("all 8 experts, FP8 gate/up, BF16 down, F16 w", THIN_DTYPE_F16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 1e-3,
          4e-2);
+    moe_up_dt = THIN_DTYPE_BF16; /* gate and up of two dtypes: x staged for each */
+    CASE("all 8 experts, FP8 gate, BF16 up and down", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_F32, 2e-3,
+         4e-2);
+    moe_up_dt = 0;
     down_dt = 0;
     moe_e = moe_k = 0;
 }
@@ -778,6 +790,11 @@ int main(void) {
     setenv("THIN_CUDA_AHEAD", "1", 0);
     run_all("");
     run_moe("moe: ");
+    /* decode steps through the batch kernels (bucket, gate/up and down per expert, combine), which
+     * by default only prompts and mixed expert dtypes take */
+    setenv("THIN_CUDA_MOE1", "0", 1);
+    run_moe("moe, one-row kernels off: ");
+    unsetenv("THIN_CUDA_MOE1");
     run_sampling("sampling: ");
     run_kv_fit("kv fit: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
