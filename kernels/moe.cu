@@ -7,8 +7,9 @@
  *  2. route: each row's choice (a warp a row), as exec_cpu.c's moe_rows makes it: the softmax of
  *     the scores and their top k, or DeepSeek-V3's sigmoid scores chosen on score + bias within the
  *     best groups; the weights (renormalized where norm_topk, times routed_scale), and a last
- *     slot for the shared expert (weight sigmoid(gate score), or 1) where there is one. With one
- *     row (a decode step) the same warp also places the entries as step 3 does.
+ *     slot for the shared expert (weight sigmoid(gate score), or 1) where there is one. One row
+ *     through the kernels below (mixed expert dtypes, or THIN_CUDA_MOE1=0): the same warp also
+ *     places the entries as step 3 does.
  *  3. bucket (several rows): the (row, slot) entries grouped by expert, in row order, and the list
  *     of experts with entries (one block).
  *  4. gate/up: a block of units of one expert (grid.y: the y-th expert with entries, so a decode
@@ -22,6 +23,9 @@
  *     it launch only once the expert list is complete).
  *  6. combine: each row's output, its experts' outputs times their weights summed in expert order
  *     (as the CPU's), then the shared expert's.
+ * A decode step (one row) whose experts' gate/up share one dtype and downs one runs 4 and 5-6 as
+ * the one-row kernels instead (moe_one, below): four kernels a layer, no bucket and no per-expert
+ * outputs.
  * Weights of any dtype the matvecs take (F32, F16, BF16, FP8 E4M3 with per-row scales), 16-byte
  * loads, F32 accumulation; the device table holds one dmat per expert matrix (stacked experts are
  * uploaded as the plan's row views of the stack).
