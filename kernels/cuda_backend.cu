@@ -254,13 +254,14 @@ static int warm_up(cuda_session *s) {
 extern "C" int cuda_backend_runs(const plan *p, char *why, size_t len) {
     for (uint32_t i = 0; i < p->n_ops; i++) {
         const plan_op *o = &p->ops[i];
-        if (o->kind == PLAN_MOE && o->n_experts > MOE_MAX_E) {
+        if (o->kind != PLAN_MOE) continue;
+        if (o->n_experts > MOE_MAX_E) {
             snprintf(why, len, "the CUDA backend runs mixtures of at most %u experts (tape op %u has %u)",
                      MOE_MAX_E, i, o->n_experts);
             return 0;
         }
         const uint32_t inter = o->moe_inter > o->shared_inter ? o->moe_inter : o->shared_inter;
-        if (o->kind == PLAN_MOE && o->n_experts && !moe_fits((uint32_t)o->experts[0].cols, inter)) {
+        if (o->n_experts && !moe_fits((uint32_t)o->experts[0].cols, inter)) {
             snprintf(why, len, "tape op %u: experts of %u inputs and %u inner units are too wide for the CUDA backend",
                      i, (unsigned)o->experts[0].cols, inter);
             return 0;

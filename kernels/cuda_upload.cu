@@ -218,7 +218,8 @@ static int upload_moe(cuda_session *s, stager *g) {
         }
         moe_dev *m = &s->op_moe[i];
         const uint32_t E = o->n_experts, KS = moe_slots(o);
-        dmat *h = (dmat *)calloc(3 * ((size_t)E + 1), sizeof(dmat));
+        const size_t nt = 3 * ((size_t)E + 1); /* table entries: every expert's three, the shared one's */
+        dmat *h = (dmat *)calloc(nt, sizeof(dmat));
         if (!h) return cuda_failf(s, "out of memory");
         int rc = 0;
         for (uint32_t k = 0; rc == 0 && k < 3 * E; k++) {
@@ -236,8 +237,8 @@ static int upload_moe(cuda_session *s, stager *g) {
             if (x->dtype != *dt || (k % 3 != 2 && x->pitch != h[0].pitch)) *dt = -1;
         }
         void *tab = NULL;
-        if (rc == 0 && (rc = cuda_alloc(s, &tab, 3 * ((size_t)E + 1) * sizeof(dmat))) == 0 &&
-            cudaMemcpy(tab, h, 3 * ((size_t)E + 1) * sizeof(dmat), cudaMemcpyHostToDevice) != cudaSuccess)
+        if (rc == 0 && (rc = cuda_alloc(s, &tab, nt * sizeof(dmat))) == 0 &&
+            cudaMemcpy(tab, h, nt * sizeof(dmat), cudaMemcpyHostToDevice) != cudaSuccess)
             rc = cuda_failf(s, "expert table upload failed");
         free(h);
         if (rc) return rc;
@@ -257,7 +258,7 @@ static int upload_moe(cuda_session *s, stager *g) {
         n_slot = sl > n_slot ? sl : n_slot;
         n_h = hh > n_h ? hh : n_h;
         n_d = dd > n_d ? dd : n_d;
-        n_cnt = 3 * ((size_t)E + 1) + 1 > n_cnt ? 3 * ((size_t)E + 1) + 1 : n_cnt;
+        n_cnt = nt + 1 > n_cnt ? nt + 1 : n_cnt;
     }
     if (!n_sc) return 0;
     void *v[7];

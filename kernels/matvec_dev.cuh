@@ -17,37 +17,6 @@ struct vec_of {
     static constexpr uint32_t epv = 16 / (DT == THIN_DTYPE_F32 ? 4 : DT == THIN_DTYPE_F8_E4M3 ? 1 : 2);
 };
 
-/* The elements of one 16-byte vector w of dtype DT as floats (the MLP kernel's down rows, the
- * mixture of experts' rows). */
-template <int DT>
-__device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if constexpr (DT == THIN_DTYPE_F32) {
-            f[j] = __uint_as_float(u[j]);
-        } else if constexpr (DT == THIN_DTYPE_BF16) {
-            f[2 * j] = __uint_as_float(u[j] << 16);
-            f[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
-        } else if constexpr (DT == THIN_DTYPE_F16) {
-            __half2_raw h;
-            h.x = (unsigned short)(u[j] & 0xffffu);
-            h.y = (unsigned short)(u[j] >> 16);
-            const float2 v = __half22float2(*(__half2 *)&h);
-            f[2 * j] = v.x;
-            f[2 * j + 1] = v.y;
-        } else {
-            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
-            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
-            const float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
-            f[4 * j] = fl.x;
-            f[4 * j + 1] = fl.y;
-            f[4 * j + 2] = fh.x;
-            f[4 * j + 3] = fh.y;
-        }
-    }
-}
-
 /* Shared-memory index of element i of x (vectors of EPV elements, planes ps floats apart). */
 template <int DT>
 __device__ __forceinline__ uint32_t x_index(uint32_t i, uint32_t ps) {

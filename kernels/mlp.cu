@@ -29,6 +29,27 @@
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 
+/* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
+template <int DT>
+__device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if constexpr (DT == THIN_DTYPE_BF16) {
+            f[2 * j] = __uint_as_float(u[j] << 16);
+            f[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        } else {
+            __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] & 0xffffu), __NV_E4M3);
+            __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[j] >> 16), __NV_E4M3);
+            const float2 fl = __half22float2(*(__half2 *)&lo), fh = __half22float2(*(__half2 *)&hi);
+            f[4 * j] = fl.x;
+            f[4 * j + 1] = fl.y;
+            f[4 * j + 2] = fh.x;
+            f[4 * j + 3] = fh.y;
+        }
+    }
+}
+
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
  * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per

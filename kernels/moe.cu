@@ -320,11 +320,6 @@ __device__ __forceinline__ int32_t moe_block_expert(const moe_args &a) {
     return blockIdx.y < __ldcg(a.cnt + 2 * ne) ? (int32_t)__ldcg(a.cnt + 2 * ne + 1 + blockIdx.y) : -1;
 }
 
-/* Gate/up rows of block x: units [2 MOE_WARPS x, 2 MOE_WARPS (x + 1)) of expert e, two a warp, for
- * every entry that chose the expert, h = silu(gate · x) * (up · x). MODE 0: gate and up of one
- * dtype, the four rows of a warp's two units in flight at once; where their dtypes differ, MODE 1
- * (h = gate · x) then MODE 2 (h = silu(h) * (up · x)), x staged for each. x is staged per entry;
- * each entry's first batch of weights is requested before its staging. */
 /* Unit K of a warp's two from its rows' dots d (times their scales sc) into *h, as MODE says. */
 template <int MODE, int K, int NR>
 __device__ __forceinline__ void moe_unit(float *h, const float (&d)[NR], const float (&sc)[NR]) {
@@ -333,6 +328,11 @@ __device__ __forceinline__ void moe_unit(float *h, const float (&d)[NR], const f
     else *h = silu_f(*h) * (d[K] * sc[K]);
 }
 
+/* Gate/up rows of block x: units [2 MOE_WARPS x, 2 MOE_WARPS (x + 1)) of expert e, two a warp, for
+ * every entry that chose the expert, h = silu(gate · x) * (up · x). MODE 0: gate and up of one
+ * dtype, the four rows of a warp's two units in flight at once; where their dtypes differ, MODE 1
+ * (h = gate · x) then MODE 2 (h = silu(h) * (up · x)), x staged for each. x is staged per entry;
+ * each entry's first batch of weights is requested before its staging. */
 template <int DT, int MODE>
 __device__ __forceinline__ void moe_gateup_rows(const moe_args &a, const dmat &g, const dmat &u, uint32_t cnt,
                                                 uint32_t off, float *xs) {
@@ -628,12 +628,14 @@ __global__ void __launch_bounds__(MOE_WARPS * 32, 2) moe_down1_kernel(const moe_
     }
 }
 
+/* Shared memory of the one-row down kernel: every slot's h, as staged. */
+static size_t moe_down1_smem(const moe_args *a) { return a->KS * (size_t)dmat_pitch(a->imax) * sizeof(float); }
+
 /* The one-row kernels' case: one row, every gate/up of one dtype and every down of one, at most
  * MOE_MAX_KS slots, and the slots' h staged together fit. */
 static bool moe_one(const moe_args *a, uint32_t n) {
-    const size_t sp = dmat_pitch(a->imax);
     return n == 1 && a->gu_dtype >= 0 && a->dn_dtype >= 0 && a->KS <= MOE_MAX_KS &&
-           a->KS * sp * sizeof(float) <= MOE_SMEM_MAX;
+           moe_down1_smem(a) <= MOE_SMEM_MAX;
 }
 
 /* Blocks of kernel k (smem bytes of dynamic shared memory) that fit on the device at once. */
@@ -648,20 +650,18 @@ static cudaError_t moe_resident(K k, size_t smem, int n_sm, uint32_t *blocks) {
 
 /* Shared memory of the router, gate/up and down kernels: x (or h) of one entry, as staged (every
  * row of a weight holds dmat_pitch(cols) elements). */
-static size_t moe_smem(const moe_args *a) {
-    return (size_t)dmat_pitch(a->router.cols > a->imax ? a->router.cols : a->imax) * sizeof(float);
+static size_t moe_smem(uint32_t hidden, uint32_t inter) {
+    return (size_t)dmat_pitch(hidden > inter ? hidden : inter) * sizeof(float);
 }
 
-int moe_fits(uint32_t hidden, uint32_t inter) {
-    return (size_t)dmat_pitch(hidden > inter ? hidden : inter) * sizeof(float) <= MOE_SMEM_MAX;
-}
+int moe_fits(uint32_t hidden, uint32_t inter) { return moe_smem(hidden, inter) <= MOE_SMEM_MAX; }
 
 cudaError_t launch_moe(const moe_args *in, uint32_t n, int n_sm, cudaStream_t st) {
     if (in->E == 0 || in->E > MOE_MAX_E || n == 0 || n > 65535 || !moe_fits(in->router.cols, in->imax))
         return cudaErrorInvalidValue;
     moe_args a = *in;
     a.one = thin_cuda_moe1 && moe_one(&a, n);
-    const size_t sm = moe_smem(&a);
+    const size_t sm = moe_smem(a.router.cols, a.imax);
     const uint32_t rb = (a.E + MOE_WARPS - 1) / MOE_WARPS + (a.sgate.data ? 1 : 0);
     cudaError_t e = smem_attr(moe_router_kernel, sm, 0);
     if (e == cudaSuccess) e = launch_k(moe_router_kernel, dim3(rb, n), dim3(MOE_WARPS * 32), sm, st, a);
@@ -670,7 +670,7 @@ cudaError_t launch_moe(const moe_args *in, uint32_t n, int n_sm, cudaStream_t st
                      0, st, a, n);
     if (e != cudaSuccess) return e;
     if (a.one) {
-        const size_t sd = a.KS * (size_t)dmat_pitch(a.imax) * sizeof(float);
+        const size_t sd = moe_down1_smem(&a);
         uint32_t bg = 0, bd = 0;
         e = smem_attr(moe_gateup1_kernel, sm, 0);
         if (e == cudaSuccess) e = smem_attr(moe_down1_kernel, sd, 0);
