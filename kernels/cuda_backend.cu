@@ -352,9 +352,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
-    const char *mpf = getenv("THIN_CUDA_MLP_PF"); /* KiB of gate/up rows a block copies before its wait */
-    thin_cuda_mlp_pf = mpf && *mpf ? atoi(mpf) : 0;
-    if (thin_cuda_mlp_pf < 0) thin_cuda_mlp_pf = 0;
     const char *stm = getenv("THIN_CUDA_STREAM");
     const int stream = stm && strcmp(stm, "1") == 0; /* the persistent kernel reads down as stored
                                                         and runs the o-projection itself */

@@ -502,9 +502,6 @@ struct mlp_args {
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
-    uint32_t pf;         /* set by the launcher: gate/up units a block copies into shared memory
-                            before the dependency wait (THIN_CUDA_MLP_PF; 0: none) */
-    uint32_t pf_off;     /* set by the launcher: byte offset of those rows in shared memory */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -549,7 +546,7 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 /* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
  * SM, UNITS intermediate units per block; 0: the launcher's choice, see launch_m). Off with
  * THIN_CUDA_STREAM=1. */
-extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps, thin_cuda_mlp_pf;
+extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

@@ -27,7 +27,7 @@
  */
 #include "matvec_dev.cuh"
 
-int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0, thin_cuda_mlp_pf = 0;
+int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -54,7 +54,7 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
  * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
  * thread in each of the two batches in flight. */
-template <int DTG, int DTD, int NW, int MINB, int VPT, bool PF>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
@@ -71,47 +71,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     const int lane = threadIdx.x & 31;
     const uint32_t nvec = m.seg[0].w.pitch / vec_of<DTG>::epv;
 
-    /* With PF, the block's first pf units' gate and up rows are copied into shared memory (two bulk
-     * copies, requested before the dependency wait, so while the previous kernel still runs), and
-     * the warps stream the other units from global memory as below, taking one copied unit after
-     * each streamed unit's loads are issued. */
-    const uint32_t pf = PF ? min(a.pf, nu) : 0;
-    const uint32_t rbytes = m.seg[0].w.pitch * (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    const uint8_t *pbuf = (const uint8_t *)sm + a.pf_off;
-    float *psc = (float *)(pbuf + (size_t)2 * a.pf * rbytes);
-    uint64_t *pbar = (uint64_t *)(psc + 2 * ((a.pf + 1) / 2 * 2));
-    if constexpr (PF) {
-        if (threadIdx.x == 0 && pf) {
-            mbar_init(pbar, 1);
-            mbar_init_fence();
-            mbar_expect_tx(pbar, 2 * pf * rbytes);
-            const uint64_t pol = evict_first_policy();
-            bulk_load((void *)pbuf, row_ptr(m.seg[0].w, u0), pf * rbytes, pbar, pol);
-            bulk_load((void *)(pbuf + (size_t)a.pf * rbytes), row_ptr(m.seg[1].w, u0), pf * rbytes, pbar, pol);
-        }
-        for (uint32_t i = threadIdx.x; i < pf; i += blockDim.x) { /* published by the staging's barriers */
-            psc[2 * i] = DTG == THIN_DTYPE_F8_E4M3 && m.seg[0].w.scale ? m.seg[0].w.scale[u0 + i] : 1.0f;
-            psc[2 * i + 1] = DTG == THIN_DTYPE_F8_E4M3 && m.seg[1].w.scale ? m.seg[1].w.scale[u0 + i] : 1.0f;
-        }
-    }
-    /* a copied unit: the same per-lane order of vectors as a streamed one, so the same sums */
-    auto copied_unit = [&](uint32_t s) {
-        mbar_wait(pbar, 0);
-        const uint4 *g = (const uint4 *)(pbuf + (size_t)s * rbytes);
-        const uint4 *u = (const uint4 *)(pbuf + (size_t)(a.pf + s) * rbytes);
-        const uint32_t ps = nvec * 4;
-        float ag = 0.0f, au = 0.0f;
-        for (uint32_t v = lane; v < nvec; v += 32) {
-            ag += dot16<DTG>(g[v], xs + 4 * v, ps);
-            au += dot16<DTG>(u[v], xs + 4 * v, ps);
-        }
-        ag = warp_sum(ag);
-        au = warp_sum(au);
-        if (lane == 0) hs[s] = silu_f(ag * psc[2 * s]) * (au * psc[2 * s + 1]);
-    };
-
-    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range (past the copied ones) */
-    uint32_t j = pf + (threadIdx.x >> 5), sj = threadIdx.x >> 5;
+    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range */
+    uint32_t j = threadIdx.x >> 5;
     uint4 w[2][HB];
     const uint4 *rows[2];
     mv_epi<2> e;
@@ -147,16 +108,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
             load_batch<2, HB>(w, rows, lane, nvec);
             if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + NW, e);
         }
-        if (PF && sj < pf) {
-            copied_unit(sj);
-            sj += NW;
-        }
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
         if (lane == 0) hs[j] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
     }
-    if constexpr (PF)
-        for (; sj < pf; sj += NW) copied_unit(sj);
     if (threadIdx.x == 0) kt.mark(0);
 
     /* 2. down: thread (group gi, t) takes vectors t (+ tpr) of rows gi, gi + G, ... */
@@ -280,11 +235,11 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int NW, int MINB, int VPT, bool PF = false>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
-    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT, PF>;
+    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
@@ -295,28 +250,15 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
-    /* with PF: pf units' gate and up rows, their scales and an mbarrier after x and h */
-    const size_t rbytes = (size_t)a.mv.seg[0].w.pitch * (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    a.pf = 0;
-    if (PF) {
-        a.pf = (uint32_t)((size_t)thin_cuda_mlp_pf * 1024 / (2 * rbytes));
-        if (a.pf < 1) a.pf = 1;
-    }
-    const size_t pf_bytes = PF ? 2 * a.pf * rbytes + 2 * ((a.pf + 1) / 2 * 2) * sizeof(float) + 16 : 0;
-    auto smem_of = [&](uint32_t units) {
-        const size_t xh = ((size_t)a.h_off + units) * sizeof(float);
-        return PF ? (xh + 127) / 128 * 128 + pf_bytes : xh;
-    };
     int per_sm = 0;
     /* the occupancy for the largest units per block this launch may use, then the units */
-    size_t smem = smem_of(inter);
+    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
     if (smem > 48 * 1024 - 256) {
-        const size_t cap = PF ? 227 * 1024 : 200 * 1024;
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(smem < cap ? smem : cap));
+                                             (int)(smem < 200 * 1024 ? smem : 200 * 1024));
         if (e != cudaSuccess) return e;
     }
-    size_t smem_min = smem_of(NW);
+    size_t smem_min = ((size_t)a.h_off + NW) * sizeof(float);
     cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NW * 32, smem_min);
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
@@ -333,7 +275,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         units = (inter + use - 1) / use;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
-        smem = smem_of(units);
+        smem = ((size_t)a.h_off + units) * sizeof(float);
         int fit = 0;
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
         if (e != cudaSuccess) return e;
@@ -343,10 +285,6 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
-    if (PF) {
-        a.pf_off = (uint32_t)(((size_t)a.h_off + units) * sizeof(float) + 127) / 128 * 128;
-        if (a.pf > units) a.pf = units;
-    }
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
 }
@@ -362,19 +300,8 @@ static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     return cudaErrorInvalidValue;
 }
 
-/* THIN_CUDA_MLP_PF: blocks of 8 warps with full load batches (at most 128 registers, so that one
- * fits beside an attention + o block and starts while it runs), each copying its first units'
- * gate and up rows into shared memory before the dependency wait. */
-template <int DTG, int DTD>
-static cudaError_t launch_pf(const mlp_args *a, int n_sm, cudaStream_t st) {
-    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, MV_WARPS, 2, 1, true>(a, n_sm, st);
-    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, MV_WARPS, 2, 2, true>(a, n_sm, st);
-    return cudaErrorInvalidValue;
-}
-
 template <int DTG, int DTD>
 static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
-    if (thin_cuda_mlp_pf > 0) return launch_pf<DTG, DTD>(a, n_sm, st);
     /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
      * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
      * others get one or none; one block per SM gives every SM the same share (on the H200 with

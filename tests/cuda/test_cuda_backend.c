@@ -831,15 +831,6 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
-    /* The MLP kernel copying its blocks' first gate/up rows into shared memory before its wait:
-     * 1 KiB (a unit or two copied, the rest streamed) and 64 KiB (every unit copied) */
-    static const char *const pfs[] = {"1", "64"};
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_MLP_PF", pfs[i], 1);
-        snprintf(tag, sizeof tag, "MLP kernel, %s KiB copied ahead: ", pfs[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_MLP_PF");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
