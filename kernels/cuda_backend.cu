@@ -352,8 +352,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);
-    const char *mq = getenv("THIN_CUDA_MLP_QKV"); /* 1: the MLP kernel also runs the next q, k, v step */
-    thin_cuda_mlp_qkv = mq && strcmp(mq, "1") == 0;
     const char *stm = getenv("THIN_CUDA_STREAM");
     const int stream = stm && strcmp(stm, "1") == 0; /* the persistent kernel reads down as stored
                                                         and runs the o-projection itself */

@@ -502,23 +502,11 @@ struct mlp_args {
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
-    /* The next layer's q, k, v step with its RoPE and KV-store epilogue, run by the same blocks
-     * once every block has added into the residual (qkv.nseg 3, else none): its units' rows are
-     * copied into shared memory while the MLP's last blocks still stream. count2: that wait's
-     * counter, as count. */
-    mv_args qkv;
-    unsigned long long *count2;
-    uint32_t q_off;      /* set by the launcher: byte offset of the copied q/k/v rows in shared memory */
-    uint32_t q_per;      /* set by the launcher: q/k/v units a block takes at most */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
  * row (the hidden size) within the kernel's columns per thread. */
 int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inter);
-/* Whether the MLP kernel can also run a q, k, v step of rows of this dtype and width, `units` row
- * pairs, for an MLP of this gate/up dtype and hidden size (the launcher's default block shape). */
-int mlp_qkv_supported(int gate_dtype, int down_dtype, int qkv_dtype, uint32_t hidden, uint32_t qkv_pitch,
-                      uint32_t units, int n_sm);
 /* A mixture of experts for n rows (moe.cu; the plan's moe op): x (rows ldx floats apart, the
  * op's input) through the router, each row's choice of top k experts, their gate/up/down and the
  * shared expert into out (rows ldo apart). tab: on the device, 3 (E + 1) dmats, each expert's
@@ -558,7 +546,7 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 /* The MLP kernel (env THIN_CUDA_MLP="ON[,BPS[,UNITS]]": 0 switches it off; at most BPS blocks per
  * SM, UNITS intermediate units per block; 0: the launcher's choice, see launch_m). Off with
  * THIN_CUDA_STREAM=1. */
-extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps, thin_cuda_mlp_qkv;
+extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

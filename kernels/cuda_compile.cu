@@ -260,37 +260,6 @@ static int fuse_mlp(cuda_session *s) {
     return 0;
 }
 
-/* Marks every MLP kernel step whose next step but one is a q, k, v step with the fused rope and
- * KV store, normalising the residual the MLP adds into, with no bias and one weight dtype the
- * kernel takes: for one row the MLP kernel runs it too (THIN_CUDA_MLP_QKV=1). */
-static void fuse_mlp_qkv(cuda_session *s) {
-    const plan *p = s->p;
-    for (uint32_t i = 0; i + 2 < s->n_steps; i++) {
-        step *m = &s->steps[i], *dn = &s->steps[i + 1], *q = &s->steps[i + 2];
-        if (!m->mlp || !dn->mlp_fused || q->kind != STEP_LINEAR || q->nseg != 3 || q->pair ||
-            q->attn_step < 0 || q->norm_op < 0 || q->add_op >= 0 || q->qao)
-            continue;
-        if (q->bias[0] >= 0 || q->bias[1] >= 0 || q->bias[2] >= 0 ||
-            p->ops[q->norm_op].in != p->ops[dn->add_op].out)
-            continue;
-        const dmat *w0 = &s->w[s->op_w[q->lin[0]]];
-        int same = 1;
-        uint64_t rows = 0;
-        for (int k = 0; k < 3; k++) {
-            const dmat *w = &s->w[s->op_w[q->lin[k]]];
-            same &= w->dtype == w0->dtype && w->pitch == w0->pitch && w->cols == w0->cols && !w->trans;
-            rows += w->rows;
-        }
-        const dmat *g = &s->w[s->op_w[m->lin[0]]], *d = &s->w[s->op_w[dn->lin[0]]];
-        if (!same || w0->cols != g->cols ||
-            !mlp_qkv_supported(g->dtype, d->dtype, w0->dtype, (uint32_t)g->cols, (uint32_t)w0->pitch,
-                               (uint32_t)(rows / 2), s->n_sm))
-            continue;
-        m->mlp_qkv = 1;
-        q->qkv_in_mlp = 1;
-    }
-}
-
 /* Whether ATTN step a and the LINEAR step l after it (the o-projection of a's output with the
  * residual add) can run as the attention + o kernel for one row: nothing reads the projection's
  * own output later (the kernel adds straight into the residual), weights and shape it takes. */
@@ -477,7 +446,6 @@ int compile_steps(cuda_session *s) {
     if (thin_cuda_mlp && fuse_mlp(s)) return -1;
     if (fuse_attn_o(s)) return -1;
     if (fuse_qao(s)) return -1;
-    if (thin_cuda_mlp_qkv) fuse_mlp_qkv(s);
     if (s->lt_started) gemm_lt_setup(s);
     return 0;
 }

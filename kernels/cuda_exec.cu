@@ -223,10 +223,6 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     m.down = s->w[s->op_w[dn->lin[0]]];
     m.resid = row_of(s, s->p->ops[dn->add_op].out, 0);
     m.count = s->d_mlpcnt + (st - s->steps);
-    if (st->mlp_qkv) { /* and the q, k, v step two on, with its rope and KV store */
-        linear_args(s, st + 2, 0, 1, &m.qkv);
-        m.count2 = s->d_mlpcnt + (st + 2 - s->steps);
-    }
     CK(s, launch_mlp(&m, s->n_sm, s->st));
     return 0;
 }
@@ -352,7 +348,6 @@ static int run_step(cuda_session *s, const step *st, uint32_t n, int lm_last) {
                              w->rows * w->cols, o->eps, n, s->st));
         return 0;
     case STEP_LINEAR:
-        if (st->qkv_in_mlp && n == 1) return 0; /* run by the MLP kernel before it */
         if (st->qao && n == 1 && s->short_now) return run_qao(s, st);
         if (st->mlp && n == 1) return run_mlp(s, st, st + 1);
         if (st->mlp_fused) return n == 1 ? 0 : run_down_t(s, st, n);

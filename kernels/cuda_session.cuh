@@ -71,9 +71,6 @@ typedef struct step {
     int mlp;            /* LINEAR (gate/up pair): for one row, runs the MLP kernel with the next
                            step (down + residual add), whose weights are stored transposed */
     int mlp_fused;      /* LINEAR (down): run by the preceding step for one row */
-    int mlp_qkv;        /* LINEAR (gate/up pair with mlp): for one row, the MLP kernel also runs the
-                           q, k, v step two steps on (THIN_CUDA_MLP_QKV=1) */
-    int qkv_in_mlp;     /* LINEAR (q, k, v): run by that MLP kernel for one row */
     int attn_o;         /* ATTN: for one row in the short decode form, runs the attention + o
                            kernel (attn_o.cu) with the next step (the o-projection + residual add) */
     int o_fused;        /* LINEAR (o): run by the preceding ATTN step in the short decode form */

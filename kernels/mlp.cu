@@ -27,7 +27,7 @@
  */
 #include "matvec_dev.cuh"
 
-int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0, thin_cuda_mlp_qkv = 0;
+int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -54,7 +54,7 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
  * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
  * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
  * thread in each of the two batches in flight. */
-template <int DTG, int DTD, int NW, int MINB, int VPT, int DTQ>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
@@ -165,29 +165,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
         use_d(k0 + NB, db);
         load_d(k0 + 3 * NB, db);
     }
-    /* With the q, k, v step: this warp's units of it (the block's k-th unit is unit blockIdx.x +
-     * k·gridDim.x, and warp w takes k = w, w + NW, ...) copied into shared memory now, while the
-     * blocks that are still streaming keep the memory busy; each lane copies the vectors it will
-     * use. */
-    const uint32_t qtot = DTQ ? (a.qkv.seg[0].w.rows + a.qkv.seg[1].w.rows + a.qkv.seg[2].w.rows) / 2 : 0;
-    const uint32_t qnv = DTQ ? a.qkv.seg[0].w.pitch / vec_of<DTQ ? DTQ : THIN_DTYPE_BF16>::epv : 0;
-    uint8_t *qbuf = (uint8_t *)sm + a.q_off;
-    if constexpr (DTQ != 0) {
-        for (uint32_t k = threadIdx.x >> 5; k < a.q_per; k += NW) {
-            const uint32_t r = blockIdx.x + k * gridDim.x;
-            if (r >= qtot) break;
-            const uint4 *qrows[2];
-            int qs;
-            uint32_t qrr;
-            rows_of<2>(a.qkv, r, qrows, &qs, &qrr);
-            uint4 *dst = (uint4 *)(qbuf + (size_t)k * 2 * qnv * 16);
-            for (uint32_t v = lane; v < qnv; v += 32) {
-                gm_cp16(dst + v, qrows[0] + v);
-                gm_cp16(dst + qnv + v, qrows[1] + v);
-            }
-        }
-        gm_commit();
-    }
 
     /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
     float *part = sm;
@@ -235,46 +212,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
             if (c + 2 < hidden) atomicAdd(a.resid + c + 2, s.z);
         }
     }
-    if constexpr (DTQ != 0) {
-        /* every block's sums are in the residual: then the q, k, v step on it */
-        float nw[MV_XPRE];
-        preload_norm(a.qkv, a.qkv.seg[0].w.cols, nw);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            const unsigned long long prev = atomicAdd(a.count2, 1ull);
-            const unsigned long long tgt = (prev / gridDim.x + 1) * gridDim.x;
-            while (ld_acquire64(a.count2) < tgt) __nanosleep(32);
-            __threadfence();
-        }
-        __syncthreads();
-        stage_x<DTQ>(xs, a.qkv, a.qkv.seg[0].w.cols, a.qkv.seg[0].w.pitch, red, nw);
-        gm_wait<0>(); /* each lane reads only the vectors it copied */
-        const uint32_t qps = qnv * 4;
-        for (uint32_t k = threadIdx.x >> 5; k < a.q_per; k += NW) {
-            const uint32_t r = blockIdx.x + k * gridDim.x;
-            if (r >= qtot) break;
-            const uint4 *qrows[2];
-            int qs;
-            uint32_t qrr;
-            rows_of<2>(a.qkv, r, qrows, &qs, &qrr);
-            float2 rot = make_float2(1.0f, 0.0f);
-            mv_epi<2> qe;
-            if (lane == 0) {
-                rot = rope_rot(a.qkv, qs, qrr);
-                epi_weights<DTQ, 2>(a.qkv, qs, qrr, qe);
-            }
-            const uint4 *src = (const uint4 *)(qbuf + (size_t)k * 2 * qnv * 16);
-            float acc[2] = {0.0f, 0.0f}; /* the per-op matvec's order of vectors in each lane */
-            for (uint32_t v = lane; v < qnv; v += 32) {
-                acc[0] += dot16<DTQ>(src[v], xs + 4 * v, qps);
-                acc[1] += dot16<DTQ>(src[qnv + v], xs + 4 * v, qps);
-            }
-            acc[0] = warp_sum(acc[0]);
-            acc[1] = warp_sum(acc[1]);
-            if (lane == 0) store_row<DTQ, 2>(a.qkv, qs, qrr, acc, rot, qe);
-        }
-    }
     if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
 }
 
@@ -298,23 +235,11 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-int mlp_qkv_supported(int gate_dtype, int down_dtype, int qkv_dtype, uint32_t hidden, uint32_t qkv_pitch,
-                      uint32_t units, int n_sm) {
-    if (!mlp_supported(gate_dtype, down_dtype, hidden, 1) || down_vpt(down_dtype, hidden) != 1 ||
-        (qkv_dtype != THIN_DTYPE_BF16 && qkv_dtype != THIN_DTYPE_F8_E4M3) || n_sm < 1 ||
-        thin_cuda_mlp_warps != 0)
-        return 0;
-    /* at most 96 KiB of copied rows a block at one block per SM (the FP8 gate/up shape; BF16's
-     * two blocks per SM take half each) */
-    const size_t per = ((size_t)units + (size_t)n_sm - 1) / (size_t)n_sm;
-    return per * 2 * qkv_pitch * (qkv_dtype == THIN_DTYPE_F8_E4M3 ? 1 : 2) <= 96 * 1024;
-}
-
-template <int DTG, int DTD, int NW, int MINB, int VPT, int DTQ = 0>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
-    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT, DTQ>;
+    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
@@ -361,22 +286,6 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
     const uint32_t blocks = (inter + units - 1) / units;
-    if (DTQ) { /* the q, k, v units' rows after h; the blocks per SM must not change */
-        const mv_args &q = a.qkv;
-        const uint32_t qtot = (q.seg[0].w.rows + q.seg[1].w.rows + q.seg[2].w.rows) / 2;
-        a.q_per = (qtot + blocks - 1) / blocks;
-        a.q_off = (uint32_t)(smem + 15) / 16 * 16;
-        smem = a.q_off + (size_t)a.q_per * 2 * (q.seg[0].w.pitch / dtype_vec_elems(DTQ)) * 16;
-        if (smem > 48 * 1024 - 256) {
-            if (smem > 227 * 1024) return cudaErrorInvalidConfiguration;
-            e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) return e;
-        }
-        int fit = 0;
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
-        if (e != cudaSuccess) return e;
-        if (fit < per_sm) return cudaErrorInvalidConfiguration;
-    }
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
 }
 
@@ -386,17 +295,6 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
 template <int DTG, int DTD, int NW>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     constexpr int MINB = (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
-    if (a->qkv.nseg == 3) { /* with the q, k, v step: the default block shape, one vector a thread */
-        if (NW != (DTG == THIN_DTYPE_F8_E4M3 ? 24 : MV_WARPS) || down_vpt(DTD, a->down.rows) != 1)
-            return cudaErrorInvalidValue;
-        if constexpr (NW == (DTG == THIN_DTYPE_F8_E4M3 ? 24 : MV_WARPS)) {
-            if (a->qkv.seg[0].w.dtype == THIN_DTYPE_BF16)
-                return launch_m<DTG, DTD, NW, MINB, 1, THIN_DTYPE_BF16>(a, n_sm, st);
-            if (a->qkv.seg[0].w.dtype == THIN_DTYPE_F8_E4M3)
-                return launch_m<DTG, DTD, NW, MINB, 1, THIN_DTYPE_F8_E4M3>(a, n_sm, st);
-        }
-        return cudaErrorInvalidValue;
-    }
     if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1>(a, n_sm, st);
     if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2>(a, n_sm, st);
     return cudaErrorInvalidValue;

@@ -831,10 +831,6 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
-    /* The MLP kernel also running the next layer's q, k, v step with its rope and KV store */
-    setenv("THIN_CUDA_MLP_QKV", "1", 1);
-    run_all("MLP kernel with the next q/k/v: ");
-    unsetenv("THIN_CUDA_MLP_QKV");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
