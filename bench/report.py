@@ -315,6 +315,7 @@ def thin_speed(run, args, prof, speed_ids, prefill_len):
         keep_max(best, "decode_tokens_per_s", doc.get("decode_tok_s"))
         keep_min(best, "ttft_s", doc.get("ttft_s"))
         keep_min(best, "load_s", doc.get("load_s"))
+        keep_min(best, "start_to_first_s", doc.get("start_to_first_s"))
         for k in ("device", "threads", "kv_dtype", "weight_bytes", "generated_tokens", "stop"):
             best[k] = doc.get(k)
     for k in ("prefill_tokens_per_s", "decode_tokens_per_s"):

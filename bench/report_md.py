@@ -74,13 +74,14 @@ def speed_section(m):
                      fmt_bytes(s.get("file_bytes")), fmt_num(s.get("load_s"), 2),
                      fmt_num(s.get("prefill_tokens_per_s")), fmt_num(s.get("decode_tokens_per_s")),
                      fmt_num(None if ttft is None else 1000.0 * ttft, 1),
+                     fmt_num(s.get("start_to_first_s"), 2),
                      fmt_num(s.get("bandwidth_limit_tokens_per_s"))])
         if s.get("error"):
             rows[-1][5:7] = ["ERROR", "ERROR"]
     if not rows:
         return ["No speed measurement."]
     return table(["runtime", "profile", "device", "size on disk", "load s", "prefill tok/s",
-                  "decode tok/s", "TTFT ms", "bandwidth limit tok/s"], rows)
+                  "decode tok/s", "TTFT ms", "start to first token s", "bandwidth limit tok/s"], rows)
 
 
 def profiles_section(m):

@@ -43,6 +43,7 @@ for p in ("f32", "bf16", "quality", "fp8-all"):
     assert s["runtime"] == "thin-run" and "error" not in s, s
     assert s["decode_tokens_per_s"] > 0 and s["prefill_tokens_per_s"] > 0, s
     assert s["file_bytes"] > 0, s
+    assert s["start_to_first_s"] >= s["load_s"] > 0, s
 EOF
 
 mkdir "$T/md"

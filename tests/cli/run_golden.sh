@@ -22,4 +22,10 @@ grep -q '"stop": "max_tokens"' "$T/j.json"
 grep -q '"device": "cpu"' "$T/j.json"
 grep -q '"weight_bytes": 1040128' "$T/j.json"
 tr -d ' \n' < "$T/j.json" | grep -q '"ids":\[382,276,337,299,322\]'
+# the time from the start to the first token holds the load and the time to first token
+python3 - "$T/j.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["start_to_first_s"] >= d["load_s"] + d["ttft_s"] > 0, d
+PY
 echo ok

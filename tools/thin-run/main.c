@@ -10,7 +10,9 @@
  * stop ("eos", "bos", "stop_string", "max_tokens", "context"), ids (generated), text, shards, ctx
  * (the positions the session holds: --ctx, its default, or as many as fit on the GPU), prepared
  * (the backend ran the prompt's one-time work, its kernels' first loads and its batch size's GEMM
- * algorithms, during the load while the checksums were checked, so prefill_s leaves it out).
+ * algorithms, during the load while the checksums were checked, so prefill_s leaves it out),
+ * start_to_first_s (seconds from the start of main to the first generated token chosen: argument
+ * parsing, the load with its checksums and uploads, the prompt and the first choice; 0 when none).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -225,6 +227,7 @@ typedef struct run {
     int ctx_fit;            /* ctx is fewer than the default: as many as the GPU holds */
     unsigned threads;
     double load_s;
+    double t_start;         /* cli_now() as main began */
     char digest[65];
     int32_t chat_stop;      /* id of the token that ends an assistant turn (--chat), or -1 */
     /* --verify: the chunk checksums, checked on threads of their own while the backend loads */
@@ -581,6 +584,7 @@ typedef struct gen {
     size_t n_prompt;
     size_t n_forward;       /* decode steps run */
     double prefill_s, decode_s, ttft_s;
+    double first_s;         /* start of main to the first token chosen */
     const char *stop;       /* why generation ended */
     FILE *dump;             /* --dump-logits, or NULL */
     float *logits;          /* vocab floats, when the host needs them */
@@ -638,7 +642,10 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
     for (;;) {
         int32_t next;
         if (choose(r, s, g, am, &next)) return -1;
-        if (g->n_ids == 0) g->ttft_s = g->prefill_s + (cli_now() - t0);
+        if (g->n_ids == 0) {
+            g->ttft_s = g->prefill_s + (cli_now() - t0);
+            g->first_s = cli_now() - r->t_start;
+        }
         if (!r->o->ignore_eos && (is_stop_token(r, next) || is_bos(r, next))) {
             g->stop = is_bos(r, next) ? "bos" : "eos";
             break;
@@ -680,7 +687,7 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
     json_t *ids = json_array();
     for (size_t i = 0; ids && i < g->n_ids; i++) json_array_append_new(ids, json_integer(g->ids[i]));
     json_t *j = json_pack(
-        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI sI sb}", "model", r->o->model, "digest",
+        "{ss ss ss sI ss sI sf sI sf sf sI sf sf sf ss so ss sI sI sb sf}", "model", r->o->model, "digest",
         r->digest, "device", r->be->name, "threads", (json_int_t)r->threads, "kv_dtype",
         thin_dtype_name(r->p.kv_dtype), "weight_bytes", (json_int_t)r->p.weight_bytes, "load_s",
         r->load_s, "prompt_tokens", (json_int_t)g->n_prompt, "prefill_s", g->prefill_s,
@@ -688,7 +695,7 @@ static void print_json(const run *r, const gen *g, const out_text *t) {
         "generated_tokens", (json_int_t)g->n_ids, "decode_s", g->decode_s, "decode_tok_s",
         g->decode_s > 0 ? (double)g->n_forward / g->decode_s : 0.0, "ttft_s", g->ttft_s, "stop",
         g->stop ? g->stop : "none", "ids", ids, "text", t->buf ? t->buf : "", "shards", (json_int_t)r->p.shards,
-        "ctx", (json_int_t)r->ctx, "prepared", r->prepared);
+        "ctx", (json_int_t)r->ctx, "prepared", r->prepared, "start_to_first_s", g->first_s);
     char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     if (s) printf("%s\n", s);
     free(s);
@@ -812,11 +819,13 @@ static int score(run *r) {
 }
 
 int main(int argc, char **argv) {
+    const double t_start = cli_now();
     options o;
     cli_init(argv[0]);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
-    run r = {.o = &o, .chat_stop = -1, .threads = o.threads ? (unsigned)o.threads : thin_cpu_count()};
+    run r = {.o = &o, .chat_stop = -1, .threads = o.threads ? (unsigned)o.threads : thin_cpu_count(),
+             .t_start = t_start};
     rc = load(&r);
     if (!rc) rc = o.score ? score(&r) : generate(&r);
     unload(&r);
