@@ -643,8 +643,9 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
         int32_t next;
         if (choose(r, s, g, am, &next)) return -1;
         if (g->n_ids == 0) {
-            g->ttft_s = g->prefill_s + (cli_now() - t0);
-            g->first_s = cli_now() - r->t_start;
+            const double now = cli_now();
+            g->ttft_s = g->prefill_s + (now - t0);
+            g->first_s = now - r->t_start;
         }
         if (!r->o->ignore_eos && (is_stop_token(r, next) || is_bos(r, next))) {
             g->stop = is_bos(r, next) ? "bos" : "eos";
