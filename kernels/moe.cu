@@ -122,7 +122,8 @@ __device__ __forceinline__ float moe_scale(const dmat &w, uint32_t r) {
 #define MOE_DN_RU 4    /* down: vectors of each in flight a lane */
 
 /* Router rows of block b < ceil(E / 8): 8b .. 8b + 7, a warp each; the block after them (with a
- * shared expert gate): that row. Each block stages x in the layout of its own weights' dtype. */
+ * shared expert gate): that row, in its first warp. Each block stages x in the layout of its own
+ * weights' dtype. */
 template <int DT>
 __device__ __forceinline__ void moe_router_rows(const moe_args &a, const dmat &w, uint32_t r, uint32_t col,
                                                 float *xs) {
@@ -147,7 +148,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) moe_router_kernel(const moe_ar
     const uint32_t nrb = (a.E + MOE_WARPS - 1) / MOE_WARPS;
     const bool gate = blockIdx.x == nrb;
     const dmat &w = gate ? a.sgate : a.router;
-    const uint32_t r = gate ? 0 : blockIdx.x * MOE_WARPS + (threadIdx.x >> 5), col = gate ? a.E : r;
+    /* the shared expert's gate is one row: warp 0 takes it, the others only stage x */
+    const uint32_t warp = threadIdx.x >> 5;
+    const uint32_t r = gate ? (warp ? w.rows : 0) : blockIdx.x * MOE_WARPS + warp, col = gate ? a.E : r;
     switch (w.dtype) {
     case THIN_DTYPE_F32: moe_router_rows<THIN_DTYPE_F32>(a, w, r, col, xs); break;
     case THIN_DTYPE_F16: moe_router_rows<THIN_DTYPE_F16>(a, w, r, col, xs); break;
