@@ -27,7 +27,8 @@ kernel, K/V and q in, attention, cluster barrier and combine, o rows, residual a
 the mean time of each of its blocks' phases after the wait returns, and the same for the blocks
 that end first (the earlier half of each launch) and last (its last 5 %), with when they started
 and where they sit in the grid; then its blocks by how many of them shared an SM and by tenth of
-the grid, with when they started, waited and ended.
+the grid, with when they started, waited and ended. Per step it also prints when its first block
+started on each SM against the previous kernel's last block ending there (the SM handed over).
 """
 import csv
 import sys
@@ -88,6 +89,7 @@ def main():
                 g["t1"].append(int(r["t1"]))
                 g["t2"].append(int(r["t2"]))
                 g["sm"].add(int(r["sm"]))
+                g.setdefault("on_sm", []).append((int(r["sm"]), int(r["t0"]), int(r["t2"])))
                 marks = [int(r.get(f"m{k}", 0) or 0) for k in range(4)]
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
@@ -143,6 +145,7 @@ def main():
               f"{a['body']/n:7.2f} {a['tail']/n:6.2f} {a['blocks']/n:7.0f} {a['sms']/n:5.0f}  {a['span']:8.1f}")
     print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
     print("tail: last block's end minus the median block's end")
+    handover(ks, names)
     print_phases("attention phases", [p for g in ks for p in g.get("phases", [])],
                  ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"])
     print_phases("attention+o phases", [p for g in ks for p in g.get("ao", [])],
@@ -158,6 +161,32 @@ def main():
         mlp_by_sm(ks)
     print_phases("attention phases of single blocks", [p for g in ks for p in g.get("phases1", [])],
                  ["K/V and q in", "scores + softmax + V sum", "to the end"], unit="")
+
+
+def handover(ks, names):
+    """Per step, over the SMs that both it and the kernel before it ran on: this kernel's first
+    block start on the SM minus the previous kernel's last block end there (negative: it started
+    beside the previous kernel's blocks), as quantiles over SMs and layers."""
+    gaps = defaultdict(list)
+    for name, prev, g in zip(names[1:], ks, ks[1:]):
+        last = {}
+        for sm, _, t2 in prev.get("on_sm", []):
+            last[sm] = max(last.get(sm, t2), t2)
+        first = {}
+        for sm, t0, _ in g.get("on_sm", []):
+            first[sm] = min(first.get(sm, t0), t0)
+        gaps[name] += [(first[sm] - last[sm]) / 1e3 for sm in first if sm in last]
+    if not any(gaps.values()):
+        return
+    print("start on an SM after the previous kernel's last block there ended (us; over SMs and layers):")
+    print(f"  {'step':10} {'SMs':>6} {'p10':>7} {'p50':>7} {'p90':>7} {'beside':>7}")
+    for name in in_order(gaps):
+        v = sorted(gaps[name])
+        if not v:
+            continue
+        q = [v[min(len(v) - 1, int(f * len(v)))] for f in (0.1, 0.5, 0.9)]
+        beside = sum(1 for x in v if x < 0) / len(v)
+        print(f"  {name:10} {len(v):6d} {q[0]:7.2f} {q[1]:7.2f} {q[2]:7.2f} {100 * beside:6.0f}%")
 
 
 def mlp_ends(ks):

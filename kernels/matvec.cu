@@ -19,6 +19,8 @@
  * first kernel). */
 template <int DT, int NR, int HB, int NW = MV_WARPS, bool BIAS = false>
 __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
+    ktrace kt;
+    kt.start();
     const dmat &w0 = a.seg[0].w;
     const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
     const int lane = threadIdx.x & 31;
@@ -39,7 +41,6 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
             epi_weights<DT, NR>(a, seg, rr, e);
         }
     }
-    ktrace kt;
     wait_and_stage<DT>(xs, a, red, kt);
     if (r < total && lane == 0) epi_resid<NR>(a, rr, e);
     for (; r < total; r += stride) {
@@ -78,6 +79,8 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
  * wait). matvec_body instead requests a row's next batch only once the current one is used. */
 template <int DT, int HB>
 __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *red) {
+    ktrace kt;
+    kt.start();
     const dmat &w0 = a.seg[0].w;
     const uint32_t nvec = w0.pitch / vec_of<DT>::epv;
     const int lane = threadIdx.x & 31;
@@ -116,7 +119,6 @@ __device__ void matvec_pipe(const mv_args &a, uint32_t total, float *xs, float *
     };
     issue(0, wa);
     issue(1, wb);
-    ktrace kt;
     wait_and_stage<DT>(xs, a, red, kt);
     for (uint32_t k = 0; k < nk; k += 2) {
         consume(k, wa);

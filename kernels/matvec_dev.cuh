@@ -349,13 +349,13 @@ __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t bas
     }
 }
 
-/* The norm weights preloaded, the wait for the previous kernel (timed by kt), then x staged
- * (16-byte loads for x longer than a.x4 elements: fewer rounds of L2 latency for long rows). */
+/* The norm weights preloaded, the wait for the previous kernel (timed by kt, which the kernel
+ * started as it began), then x staged (16-byte loads for x longer than a.x4 elements: fewer
+ * rounds of L2 latency for long rows). */
 template <int DT>
 __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
     float nw[MV_XPRE];
     preload_norm(a, a.seg[0].w.cols, nw);
-    kt.start();
     pdl_wait();
     kt.waited();
     const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;

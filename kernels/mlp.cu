@@ -59,6 +59,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     pdl_trigger();
+    ktrace kt;
+    kt.start();
     constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
     constexpr int HB = HALF ? MV_UNROLL / 2 : MV_UNROLL;
     constexpr int NB = (HALF ? 4 : 8) / VPT;
@@ -82,7 +84,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
         load_batch<2, HB>(w, rows, lane, nvec);
         if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
     }
-    ktrace kt;
     wait_and_stage<DTG>(xs, m, red, kt);
     /* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
      * (the same grid every launch of a step), so the count this launch's blocks wait for follows

@@ -76,6 +76,14 @@ grep -Eq "^  last 5 % +2\.00 +2\.50 +12\.00 +0\.50 +5\.00 +0\.50 +2\.00 +22\.50 
 grep -Eq "^ +1 +40 " "$T/out"
 grep -Eq "^ +0 +4 +8\.00 +11\.00 +28\.00$" "$T/out"
 grep -Eq "^ +9 +4 +10\.50 +12\.25 +30\.75$" "$T/out"
+# the SMs handed over: in mlp.csv every kernel but the MLP runs on SM 0 alone
+grep -Eq "^  q/k/v +1 +82\.00 +82\.00 +82\.00 +0%$" "$T/out"
+grep -Eq "^  mlp +2 +8\.00 +8\.00 +8\.00 +0%$" "$T/out"
+# a kernel whose block on SM 0 starts 1 us before the previous one's ends there, and on SM 1 2 us
+# after it
+printf 'grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n1,2,64,0,0,0,0,10000,0,0,0,0\n1,2,64,1,1,0,0,10000,0,0,0,0\n2,2,64,0,0,9000,10500,20000,0,0,0,0\n2,2,64,1,1,12000,12000,20000,0,0,0,0\n' > "$T/hand.csv"
+"$PY" "$R/bench/trace-summary.py" "$T/hand.csv" > "$T/out"
+grep -Eq "^  lm_head +2 +-1\.00 +2\.00 +2\.00 +50%$" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
