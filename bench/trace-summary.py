@@ -84,12 +84,11 @@ def main():
                 continue
             try:
                 g = grids.setdefault(r["grid"], {"kind": int(r["kind"]), "units": int(r["units"]),
-                                                 "t0": [], "t1": [], "t2": [], "sm": set()})
+                                                 "t0": [], "t1": [], "t2": [], "sm": []})
                 g["t0"].append(int(r["t0"]))
                 g["t1"].append(int(r["t1"]))
                 g["t2"].append(int(r["t2"]))
-                g["sm"].add(int(r["sm"]))
-                g.setdefault("on_sm", []).append((int(r["sm"]), int(r["t0"]), int(r["t2"])))
+                g["sm"].append(int(r["sm"]))  # per record, beside t0 .. t2
                 marks = [int(r.get(f"m{k}", 0) or 0) for k in range(4)]
             except (KeyError, TypeError, ValueError):
                 sys.exit(f"trace-summary: {sys.argv[1]}: line {rd.line_num}: "
@@ -129,7 +128,7 @@ def main():
         a["body"] += (t2 - t1) / 1e3
         a["tail"] += (t2 - sorted(g["t2"])[len(g["t2"]) // 2]) / 1e3
         a["blocks"] += len(g["t0"])
-        a["sms"] += len(g["sm"])
+        a["sms"] += len(set(g["sm"]))
         cnt[name] += 1
         prev_end = t2
     total = (max(max(g["t2"]) for g in ks) - min(ks[0]["t0"])) / 1e3
@@ -170,10 +169,10 @@ def handover(ks, names):
     gaps = defaultdict(list)
     for name, prev, g in zip(names[1:], ks, ks[1:]):
         last = {}
-        for sm, _, t2 in prev.get("on_sm", []):
+        for sm, t2 in zip(prev["sm"], prev["t2"]):
             last[sm] = max(last.get(sm, t2), t2)
         first = {}
-        for sm, t0, _ in g.get("on_sm", []):
+        for sm, t0 in zip(g["sm"], g["t0"]):
             first[sm] = min(first.get(sm, t0), t0)
         gaps[name] += [(first[sm] - last[sm]) / 1e3 for sm in first if sm in last]
     if not any(gaps.values()):
