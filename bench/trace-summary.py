@@ -28,7 +28,10 @@ the mean time of each of its blocks' phases after the wait returns, and the same
 that end first (the earlier half of each launch) and last (its last 5 %), with when they started
 and where they sit in the grid; then its blocks by how many of them shared an SM and by tenth of
 the grid, with when they started, waited and ended. Per step it also prints when its first block
-started on each SM against the previous kernel's last block ending there (the SM handed over).
+started on each SM against the previous kernel's last block ending there (the SM handed over),
+and for the matvecs of trace builds that mark their prologue, when their warps that started before
+and after the previous kernel's end entered, ended the prologue, asked for the norm weights,
+returned from the wait and ended.
 """
 import csv
 import sys
@@ -98,6 +101,9 @@ def main():
             elif g["kind"] == 5:  # t0, t1, m0..m3, t2, block, sm
                 g.setdefault("mlp", []).append([int(r["t0"]), int(r["t1"])] + marks +
                                                [int(r["t2"]), int(r["block"]), int(r["sm"])])
+            elif g["kind"] == 2:  # matvecs: t0, m0 (the prologue's end), m1 (the norm weights asked), t1, t2
+                if marks[0] and marks[1]:
+                    g.setdefault("mv", []).append([int(r["t0"]), marks[0], marks[1], int(r["t1"]), int(r["t2"])])
             elif all(marks):
                 g.setdefault("phases", []).append([int(r["t1"])] + marks + [int(r["t2"])])
             elif marks[0] and marks[1] and not marks[2] and not marks[3]:
@@ -145,6 +151,7 @@ def main():
     print(f"{'sum':10} {'':3} {'':7} {'':8} {'':7} {'':7} {'':6} {'':7} {'':5}  {tot_span:8.1f}")
     print("tail: last block's end minus the median block's end")
     handover(ks, names)
+    mv_prologue(ks, names)
     print_phases("attention phases", [p for g in ks for p in g.get("phases", [])],
                  ["K/V and q in", "scores + softmax + V sum", "cluster barrier", "combine", "to the end"])
     print_phases("attention+o phases", [p for g in ks for p in g.get("ao", [])],
@@ -186,6 +193,34 @@ def handover(ks, names):
         q = [v[min(len(v) - 1, int(f * len(v)))] for f in (0.1, 0.5, 0.9)]
         beside = sum(1 for x in v if x < 0) / len(v)
         print(f"  {name:10} {len(v):6d} {q[0]:7.2f} {q[1]:7.2f} {q[2]:7.2f} {100 * beside:6.0f}%")
+
+
+def mv_prologue(ks, names):
+    """Per matvec step, its warps that started before the previous kernel's last block ended
+    (early) and after it (late): medians over layers of when each entered, ended its prologue (its
+    first weights requested and, for q/k/v, the rotation computed), had its norm weights asked,
+    returned from the wait and ended, from the previous kernel's last block end (trace builds
+    that mark m0 and m1)."""
+    rows = defaultdict(lambda: defaultdict(list))
+    for name, prev, g in zip(names[1:], ks, ks[1:]):
+        if not g.get("mv"):
+            continue
+        end = max(prev["t2"])
+        for rec in g["mv"]:
+            rows[name]["late" if rec[0] > end else "early"].append([(t - end) / 1e3 for t in rec])
+    if not rows:
+        return
+    print("matvec warps by start, medians from the previous kernel's last block end (us):")
+    print(f"  {'step':16} {'warps':>6} {'share':>6} {'entry':>7} {'prolog':>7} {'norm':>7} {'waited':>7} {'end':>7}")
+    for name in in_order(rows):
+        n = sum(len(v) for v in rows[name].values())
+        for kind in ("early", "late"):
+            v = rows[name].get(kind)
+            if not v:
+                continue
+            med = [sorted(c)[len(c) // 2] for c in zip(*v)]
+            print(f"  {name + ' ' + kind:16} {len(v):6d} {100 * len(v) / n:5.0f}% "
+                  + " ".join(f"{x:7.2f}" for x in med))
 
 
 def mlp_ends(ks):

@@ -41,6 +41,7 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
             epi_weights<DT, NR>(a, seg, rr, e);
         }
     }
+    kt.mark(0); /* the prologue's end: weights requested, the rotation computed */
     wait_and_stage<DT>(xs, a, red, kt);
     if (r < total && lane == 0) epi_resid<NR>(a, rr, e);
     for (; r < total; r += stride) {
@@ -69,7 +70,7 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
         for (int i = 0; i < NR; i++) acc[i] = warp_sum(acc[i]);
         if (lane == 0) store_row<DT, NR, BIAS>(a, cur_seg, cur_rr, acc, cur_rot, cur_e);
     }
-    if (lane == 0) kt.end(TRACE_MV | total << 8, 0); /* one record per warp */
+    if (lane == 0) kt.end(TRACE_MV | total << 8, 2); /* one record per warp */
 }
 
 /* Single rows of several batches each (the down projection: long rows, one or two per warp):

@@ -356,6 +356,7 @@ template <int DT>
 __device__ __forceinline__ void wait_and_stage(float *xs, const mv_args &a, float *red, ktrace &kt) {
     float nw[MV_XPRE];
     preload_norm(a, a.seg[0].w.cols, nw);
+    kt.mark(1); /* matvecs: the norm weights asked (the MLP kernel's later marks overwrite it) */
     pdl_wait();
     kt.waited();
     const uint32_t cols = a.seg[0].w.cols, pitch = a.seg[0].w.pitch;

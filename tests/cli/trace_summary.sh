@@ -80,10 +80,12 @@ grep -Eq "^ +9 +4 +10\.50 +12\.25 +30\.75$" "$T/out"
 grep -Eq "^  q/k/v +1 +82\.00 +82\.00 +82\.00 +0%$" "$T/out"
 grep -Eq "^  mlp +2 +8\.00 +8\.00 +8\.00 +0%$" "$T/out"
 # a kernel whose block on SM 0 starts 1 us before the previous one's ends there, and on SM 1 2 us
-# after it
-printf 'grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n1,2,64,0,0,0,0,10000,0,0,0,0\n1,2,64,1,1,0,0,10000,0,0,0,0\n2,2,64,0,0,9000,10500,20000,0,0,0,0\n2,2,64,1,1,12000,12000,20000,0,0,0,0\n' > "$T/hand.csv"
+# after it; its warps mark their prologue's end (m0) and the norm weights asked (m1)
+printf 'grid,kind,units,sm,block,t0,t1,t2,m0,m1,m2,m3\n1,2,64,0,0,0,0,10000,0,0,0,0\n1,2,64,1,1,0,0,10000,0,0,0,0\n2,2,64,0,0,9000,10500,20000,9500,10200,0,0\n2,2,64,1,1,12000,14000,20000,12500,14000,0,0\n' > "$T/hand.csv"
 "$PY" "$R/bench/trace-summary.py" "$T/hand.csv" > "$T/out"
 grep -Eq "^  lm_head +2 +-1\.00 +2\.00 +2\.00 +50%$" "$T/out"
+grep -Eq "^  lm_head early +1 +50% +-1\.00 +-0\.50 +0\.20 +0\.50 +10\.00$" "$T/out"
+grep -Eq "^  lm_head late +1 +50% +2\.00 +2\.50 +4\.00 +4\.00 +10\.00$" "$T/out"
 # errors: no records, no file, no argument
 echo "grid,kind,units,sm,block,t0,t1,t2" > "$T/empty.csv"
 if "$PY" "$R/bench/trace-summary.py" "$T/empty.csv" 2> "$T/err"; then exit 1; fi
