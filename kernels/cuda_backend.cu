@@ -885,6 +885,181 @@ extern "C" int cuda_read_bandwidth(size_t bytes, uint32_t row_bytes, int blocks_
     return 0;
 }
 
+/* cuda_load_latency's table: n links `stride` elements apart in one scrambled cycle (a multiplier
+ * coprime to n, which is a power of two). */
+__global__ void latency_chain_kernel(uint32_t *chain, uint32_t n, uint32_t stride) {
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) chain[(size_t)((i * 7919u) & (n - 1)) * stride] = ((i + 1) * 7919u & (n - 1)) * stride;
+}
+
+/* A dependent load of link `at` (4 bytes): through L2 with an evict-last policy (near) or plain
+ * (far, the table larger than L2). */
+template <bool FAR>
+__device__ __forceinline__ uint32_t chase_hop(const uint32_t *chain, uint32_t at, uint64_t pol) {
+    uint32_t v;
+    if constexpr (FAR) asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(chain + at));
+    else asm volatile("ld.global.cg.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(chain + at), "l"(pol));
+    return v;
+}
+
+/* cuda_load_latency's kernel: block 0's warp 0 chases `hops` links of chain once every streaming
+ * block has started, then raises *stop; the streaming warps (mode bit 0: every other block's, bit
+ * 1: block 0's other warps) read rows of 4 KiB of buf round the whole buffer, IF 16-byte loads per
+ * lane in flight, until *stop, and add the bytes they read to *bytes. t[0], t[1]: the chase's
+ * global-timer start and end. One block an SM (its dynamic shared memory sees to that). */
+template <int IF, bool FAR>
+__global__ void __launch_bounds__(768, 1) latency_probe_kernel(const uint32_t *chain, uint32_t at0, uint32_t hops,
+                                                               const uint4 *buf,
+                                                               uint64_t vecs, int mode, volatile uint32_t *stop,
+                                                               unsigned int *started, unsigned long long *bytes,
+                                                               unsigned long long *t, uint32_t *out) {
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const bool streams = blockIdx.x == 0 ? warp > 0 && (mode & 2) : (mode & 1);
+    const unsigned int n_stream_blocks = (mode & 1 ? gridDim.x - 1 : 0) + (mode & 2 ? 1 : 0);
+    if (blockIdx.x == 0 && warp == 0) {
+        if (lane) return;
+        uint64_t pol;
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+        uint32_t at = at0;
+        if (!FAR)
+            for (uint32_t i = 0; i < 64; i++) at = chase_hop<FAR>(chain, at, pol); /* warm */
+        const unsigned long long t_wait = gtimer();
+        while (*(volatile unsigned int *)started < n_stream_blocks && gtimer() - t_wait < 20000000ull) {
+        }
+        for (uint32_t i = 0; i < 64; i++) at = chase_hop<FAR>(chain, at, pol); /* the streams ramp up */
+        const unsigned long long t0 = gtimer();
+        for (uint32_t i = 0; i < hops; i++) at = chase_hop<FAR>(chain, at, pol);
+        const unsigned long long t1 = gtimer();
+        t[0] = t0;
+        t[1] = t1;
+        out[0] = at;
+        __threadfence();
+        *stop = 1u;
+        return;
+    }
+    if (!streams) return;
+    if (threadIdx.x == (blockIdx.x == 0 ? 32u : 0u)) {
+        __threadfence();
+        atomicAdd(started, 1u);
+    }
+    const uint32_t warps_all = gridDim.x * nw;
+    const uint64_t rows = vecs / 256; /* 4 KiB rows */
+    uint64_t r = (uint64_t)blockIdx.x * nw + warp, n = 0;
+    uint32_t acc = 0;
+    for (;;) {
+        const uint32_t s = *stop; /* asked with the row, looked at after it */
+        const uint4 *row = buf + (r % rows) * 256;
+#pragma unroll 1
+        for (uint32_t b = lane; b < 256; b += 32 * IF) {
+            uint4 w[IF];
+#pragma unroll
+            for (int k = 0; k < IF; k++) w[k] = ld_stream(row + b + 32 * k);
+#pragma unroll
+            for (int k = 0; k < IF; k++) acc ^= w[k].x ^ w[k].y ^ w[k].z ^ w[k].w;
+        }
+        n += 4096 / 32; /* this lane's share of the row */
+        r += warps_all;
+        if (s) break;
+    }
+    atomicAdd(bytes, (unsigned long long)n);
+    if (acc == 0x9e3779b9u) out[1 + blockIdx.x] = acc;
+}
+
+template <int IF, bool FAR>
+static cudaError_t latency_launch(int n_sm, int warps, size_t smem, const uint32_t *chain, uint32_t at0, uint32_t hops,
+                                  const uint4 *buf, uint64_t vecs, int mode, uint32_t *ctl,
+                                  unsigned long long *stats, uint32_t *out) {
+    cudaError_t e = cudaFuncSetAttribute(latency_probe_kernel<IF, FAR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem);
+    if (e != cudaSuccess) return e;
+    latency_probe_kernel<IF, FAR><<<n_sm, 32 * warps, smem>>>(chain, at0, hops, buf, vecs, mode, ctl, ctl + 1, stats,
+                                                              stats + 1, out);
+    return cudaGetLastError();
+}
+
+extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, double *ns, double *gbps, char *err,
+                                 size_t errlen) {
+    if (mode < 0 || mode > 3 || !(inflight == 1 || inflight == 2 || inflight == 4 || inflight == 8) ||
+        !(warps == 8 || warps == 24)) {
+        if (err && errlen) snprintf(err, errlen, "load latency: bad arguments");
+        return -1;
+    }
+    /* near: 64 links 256 bytes apart (16 KiB, kept in L2); far: 2^21 links 128 bytes apart (256
+     * MiB, L2 then filled by the stream buffer's set-up; each launch chases links it has not
+     * touched) */
+    const uint32_t n_links = far ? 1u << 21 : 64, stride = far ? 32 : 64, hops = far ? 2000 : 4000;
+    const size_t chain_bytes = (size_t)n_links * stride * sizeof(uint32_t);
+    const size_t buf_bytes = (size_t)1 << 30;
+    const size_t smem = 160 * 1024; /* one block an SM */
+    uint32_t *chain = NULL, *out = NULL, *ctl = NULL;
+    uint4 *buf = NULL;
+    unsigned long long *stats = NULL;
+    int n_sm = 0;
+    cudaEvent_t ev[2] = {};
+    float ms = 0.0f;
+    cudaError_t e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&chain, chain_bytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&buf, buf_bytes);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&out, (size_t)(n_sm + 1) * sizeof(uint32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ctl, 2 * sizeof(uint32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&stats, 3 * sizeof(unsigned long long));
+    if (e == cudaSuccess) e = cudaMemset(chain, 0, chain_bytes);
+    if (e == cudaSuccess) {
+        latency_chain_kernel<<<(n_links + 255) / 256, 256>>>(chain, n_links, stride);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemset(buf, 0x5a, buf_bytes);
+    for (int i = 0; e == cudaSuccess && i < 2; i++) e = cudaEventCreate(&ev[i]);
+    unsigned long long h_stats[3] = {0, 0, 0};
+    double best = 0.0, bw = 0.0;
+    const uint64_t vecs = buf_bytes / 16;
+    for (int rep = 0; e == cudaSuccess && rep < 3; rep++) {
+        e = cudaMemset(ctl, 0, 2 * sizeof(uint32_t));
+        if (e == cudaSuccess) e = cudaMemset(stats, 0, 3 * sizeof(unsigned long long));
+        /* far: launch rep starts at link i = rep * 4096 of the cycle (position (i * 7919 mod n) * stride) */
+        const uint32_t at0 = far ? ((uint32_t)rep * 4096u * 7919u & (n_links - 1)) * stride : 0;
+        if (e == cudaSuccess) e = cudaEventRecord(ev[0]);
+        if (e == cudaSuccess) {
+#define LAT_CASE(IF)                                                                                              \
+    e = far ? latency_launch<IF, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl, stats, out)    \
+            : latency_launch<IF, false>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl, stats, out)
+            switch (inflight) {
+            case 1: LAT_CASE(1); break;
+            case 2: LAT_CASE(2); break;
+            case 4: LAT_CASE(4); break;
+            default: LAT_CASE(8); break;
+            }
+#undef LAT_CASE
+        }
+        if (e == cudaSuccess) e = cudaEventRecord(ev[1]);
+        if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        if (e == cudaSuccess) e = cudaMemcpy(h_stats, stats, sizeof h_stats, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess || h_stats[2] <= h_stats[1]) break;
+        const double hop = (double)(h_stats[2] - h_stats[1]) / hops;
+        if (best == 0.0 || hop < best) {
+            best = hop;
+            bw = ms > 0.0f ? (double)h_stats[0] / (ms * 1e-3) : 0.0;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    cudaFree(chain);
+    cudaFree(buf);
+    cudaFree(out);
+    cudaFree(ctl);
+    cudaFree(stats);
+    if (e != cudaSuccess || best <= 0.0) {
+        if (err && errlen)
+            snprintf(err, errlen, "load latency: %s", e != cudaSuccess ? cudaGetErrorString(e) : "no time measured");
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *ns = best;
+    *gbps = bw / 1e9;
+    return 0;
+}
+
 extern "C" int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_bytes, int n, int reps,
                                   int blocks_per_sm, int pdl, double *seconds, char *err, size_t errlen) {
     uint64_t total = 0;
