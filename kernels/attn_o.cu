@@ -50,7 +50,6 @@ namespace cg = cooperative_groups;
 int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
-int thin_cuda_ao_sig = 0;
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)
@@ -420,15 +419,6 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     /* K/V rows before *pos (one commit group), then the o rows (another) */
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
-    if (p.sig) { /* the o rows once the q/k/v step's blocks have staged x (see attn_o_args.sig) */
-        if (threadIdx.x == 0) {
-            const unsigned long long want = *(const volatile unsigned long long *)&p.sig[0];
-            const unsigned long long t_in = gtimer();
-            while (*(const volatile unsigned long long *)&p.sig[1] < want && gtimer() - t_in < 20000ull)
-                __nanosleep(100);
-        }
-        __syncthreads();
-    }
     const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
     rope_dim rd = {1.0f, 0.0f, 1.0f};
     if constexpr (ROPE) /* thread t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD */

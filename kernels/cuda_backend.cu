@@ -207,10 +207,8 @@ static int alloc_state(cuda_session *s) {
         cuda_alloc(s, (void **)&s->d_argmax, s->max_batch * sizeof(int32_t)) ||
         cuda_alloc(s, (void **)&s->d_argpart, (size_t)s->max_batch * ARGMAX_PARTS * sizeof(float2)) ||
         cuda_alloc(s, (void **)&s->d_samp, sample_scratch_bytes()) ||
-        cuda_alloc(s, (void **)&s->d_prob, (size_t)vocab * sizeof(float)) ||
-        cuda_alloc(s, (void **)&s->d_aosig, 2 * (size_t)s->n_steps * sizeof(unsigned long long)))
+        cuda_alloc(s, (void **)&s->d_prob, (size_t)vocab * sizeof(float)))
         return -1;
-    CK(s, cudaMemset(s->d_aosig, 0, 2 * (size_t)s->n_steps * sizeof(unsigned long long)));
     s->d_pos = s->d_io;
     s->d_tokens = s->d_io + 1;
     CK(s, cudaMemset(s->d_attncnt, 0, ncnt * sizeof(unsigned int)));
@@ -369,8 +367,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_ao_gen = aog && strcmp(aog, "1") == 0;
     const char *aor = getenv("THIN_CUDA_AO_ROPE"); /* 0: a rope kernel before the attention + o kernel */
     thin_cuda_ao_rope = !(aor && strcmp(aor, "0") == 0);
-    const char *aos = getenv("THIN_CUDA_AO_SIG"); /* 1: o rows held until q/k/v has staged x */
-    thin_cuda_ao_sig = aos && strcmp(aos, "1") == 0;
     const char *qao = getenv("THIN_CUDA_QAO"); /* 1: the attention block kernel (opt-in) */
     thin_cuda_qao = qao && strcmp(qao, "1") == 0;
     const char *atc = getenv("THIN_CUDA_ATTN_TC"); /* N: the prefill's attention on tensor cores

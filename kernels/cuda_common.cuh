@@ -482,10 +482,6 @@ struct mv_args {
     const int32_t *pos;  /* rope: device position of the token */
     uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
     int warps;           /* rope and dual: warps per block, 8 or 12 (0: 12) */
-    /* rope (q/k/v before the attention + o kernel), or NULL: [0] counts the blocks that started,
-     * [1] those that staged x (both only grow), so that the next kernel's blocks can hold their
-     * o rows' requests until this step's reads are in (THIN_CUDA_AO_SIG) */
-    unsigned long long *sig;
     /* per segment: w.rows elements of bias_dtype added to the products before the rope (Qwen2's
      * q, k, v biases), or NULL; kept last and run by kernels of their own (launch_matvec), so
      * that the kernels of models without them compile as they would without this */
@@ -767,9 +763,6 @@ struct attn_o_args {
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
     float *resid;        /* resid[r] += (o · attention)[r] */
     uint32_t rows_per;   /* set by the launcher: o rows per block (a multiple of 4) */
-    const unsigned long long *sig; /* the q/k/v step's mv_args.sig, or NULL: the o rows are
-                            requested once as many of its blocks have staged x as had started
-                            (at most 20 µs later), else at once */
     rope_args r;         /* r.k NULL: q and the newest K/V row as the q/k/v step left them (rotated,
                             stored). Else the step's rope and KV store of the token, which the q/k/v
                             step's epilogue could not take (a head's norm needs the whole head:
@@ -797,7 +790,6 @@ int attn_o_supported(uint32_t n_heads, uint32_t n_kv, uint32_t head_dim, int kv_
  * (thin_cuda_ao_push) and env THIN_CUDA_AO_ROPE not 0. */
 int attn_o_rope_supported(uint32_t head_dim);
 extern int thin_cuda_ao_rope;
-extern int thin_cuda_ao_sig; /* THIN_CUDA_AO_SIG=1: attn_o_args.sig and mv_args.sig set (opt-in) */
 /* Its shared memory for a chunk of `chunk` positions per block (o rows as the launcher splits them). */
 size_t attn_o_smem(uint32_t head_dim, int kv_dtype, const dmat *o, uint32_t chunk);
 

@@ -89,8 +89,6 @@ void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv
     if (fuse && st->attn_step >= 0) {
         rope_epilogue(s, st, a);
         a->warps = qkv_warps(s, st);
-        const step *at = &s->steps[st->attn_step];
-        if (thin_cuda_ao_sig && s->short_now && at->attn_o) a->sig = s->d_aosig + 2 * (size_t)st->attn_step;
     }
 }
 
@@ -315,7 +313,6 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
         aa.o = s->w[s->op_w[ol->lin[0]]];
         aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
         if (ao_rope) aa.r = r;
-        if (thin_cuda_ao_sig && st->kv_fused) aa.sig = s->d_aosig + 2 * (size_t)(st - s->steps);
         CK(s, launch_attn_o(&aa, s->st));
         return 0;
     }

@@ -128,7 +128,6 @@ struct cuda_session {
                                n_heads × dec_splits × (head_dim + 2) when larger */
     unsigned int *d_attncnt;/* max_batch × n_kv: attention split counters (kept at zero) */
     unsigned long long *d_mlpcnt; /* 1 per step: the MLP kernel's counters (only grow) */
-    unsigned long long *d_aosig;  /* 2 per step: an attention step's q/k/v signal (mv_args.sig) */
     unsigned long long *d_qaocnt; /* qao_stride per step: the attention block kernel's counters
                                      (only grow) */
     uint32_t qao_stride;          /* 1 + the most KV heads + twice the most query heads */

@@ -43,7 +43,6 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     }
     kt.mark(0); /* the prologue's end: weights requested, the rotation computed */
     wait_and_stage<DT>(xs, a, red, kt);
-    if (a.sig && threadIdx.x == 0) atomicAdd(&a.sig[1], 1ull);
     if (r < total && lane == 0) epi_resid<NR>(a, rr, e);
     for (; r < total; r += stride) {
         float acc[NR];
@@ -144,7 +143,6 @@ __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2
     matvec_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
-    if (a.sig && threadIdx.x == 0) atomicAdd(&a.sig[0], 1ull); /* no fence: the count is a hint */
     pdl_trigger();
     constexpr int HB = MINB >= 3 && MODE == 0 ? MV_UNROLL / 2 : MV_UNROLL;
     if constexpr (MODE == 1) matvec_pipe<DT, MV_UNROLL>(a, total, xs, red);
