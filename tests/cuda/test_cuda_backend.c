@@ -376,9 +376,12 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
      * on tensor cores (attn_prefill.cu), q and the probabilities as two BF16 parts each: against
      * the F32 kernels (THIN_CUDA_ATTN_TC=0) on the same GPU path, which differ only there, the
      * logits must agree as closely as a BF16 decode agrees with the CPU (2e-3), or, where the
-     * F32 kernels' own logits are further than that from the CPU's, no further apart than that
-     * distance: far closer than the prefill's own tolerance (tol_prefill above). The prefill's
-     * GEMMs round their activations to BF16, so a last-bit difference in an attention output can
+     * F32 kernels' own logits are further than that from the CPU's, no further apart than twice
+     * that distance (two paths each that far from the CPU's logits can be that far apart; the
+     * single distance failed OLMo 2 in one pass on an H100, 5.65e-3 apart with the F32 path
+     * 5.4e-3 from the CPU, where the other passes had 4.0e-3 to 5.0e-3 against 5.2e-3 to
+     * 5.8e-3): far closer than the prefill's own tolerance (tol_prefill above), which the
+     * tensor-core path also meets against the CPU (checked above). The prefill's GEMMs round their activations to BF16, so a last-bit difference in an attention output can
      * move a rounded activation by 2^-8: the two paths differed by 1.9e-4 to 7.1e-4 on the H200.
      * Models whose layers normalize their attention's output (Gemma 2 with soft caps small
      * enough to flatten its scores, OLMo 2) scale such steps up: in the first GPU run of those
@@ -403,7 +406,7 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
                 compare(ga + (size_t)i * V, ref + (size_t)i * V, V, &rel, &cc);
                 f32_cpu = fmax(f32_cpu, rel);
             }
-            const double lim = f32_cpu > 2e-3 ? f32_cpu : 2e-3;
+            const double lim = 2 * f32_cpu > 2e-3 ? 2 * f32_cpu : 2e-3;
             snprintf(what, sizeof what, "%s prefill, F32 attention vs CPU: max rel error", label);
             check(f32_cpu <= tol_prefill, what, f32_cpu, tol_prefill);
             snprintf(what, sizeof what, "%s prefill, tensor-core attention vs F32: max rel error", label);
