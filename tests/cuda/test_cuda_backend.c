@@ -381,8 +381,9 @@ static void run_case(const char *label, thin_dtype dt, thin_dtype ffn_dt, thin_d
      * single distance failed OLMo 2 in one pass on an H100, 5.65e-3 apart with the F32 path
      * 5.4e-3 from the CPU, where the other passes had 4.0e-3 to 5.0e-3 against 5.2e-3 to
      * 5.8e-3): far closer than the prefill's own tolerance (tol_prefill above), which the
-     * tensor-core path also meets against the CPU (checked above). The prefill's GEMMs round their activations to BF16, so a last-bit difference in an attention output can
-     * move a rounded activation by 2^-8: the two paths differed by 1.9e-4 to 7.1e-4 on the H200.
+     * tensor-core path also meets against the CPU (checked above). The prefill's GEMMs round
+     * their activations to BF16, so a last-bit difference in an attention output can move a
+     * rounded activation by 2^-8: the two paths differed by 1.9e-4 to 7.1e-4 on the H200.
      * Models whose layers normalize their attention's output (Gemma 2 with soft caps small
      * enough to flatten its scores, OLMo 2) scale such steps up: in the first GPU run of those
      * cases the tensor-core prefill was 2.3e-2 and 6.4e-3 from the CPU, against 5e-4 to 1.3e-3
