@@ -197,10 +197,10 @@ def handover(ks, names):
 
 def mv_prologue(ks, names):
     """Per matvec step, its warps that started before the previous kernel's last block ended
-    (early) and after it (late): medians over layers of when each entered, ended its prologue (its
-    first weights requested and, for q/k/v, the rotation computed), had its norm weights asked,
-    returned from the wait and ended, from the previous kernel's last block end (trace builds
-    that mark m0 and m1)."""
+    (early) and after it (late): medians over those warps of every layer of when each entered,
+    ended its prologue (its first weights requested and, for q/k/v, the rotation computed), had
+    its norm weights asked, returned from the wait and ended, from the previous kernel's last
+    block end (trace builds that mark m0 and m1)."""
     rows = defaultdict(lambda: defaultdict(list))
     for name, prev, g in zip(names[1:], ks, ks[1:]):
         if not g.get("mv"):
