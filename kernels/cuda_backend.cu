@@ -905,9 +905,10 @@ __device__ __forceinline__ uint32_t chase_hop(const uint32_t *chain, uint32_t at
 /* cuda_load_latency's kernel: block 0's warp 0 chases `hops` links of chain once every streaming
  * block has started, then raises *stop; the streaming warps (mode bit 0: every other block's, bit
  * 1: block 0's other warps) read rows of 4 KiB of buf round the whole buffer, IF 16-byte loads per
- * lane in flight, until *stop, and add the bytes they read to *bytes. t[0], t[1]: the chase's
- * global-timer start and end. One block an SM (its dynamic shared memory sees to that). */
-template <int IF, bool FAR>
+ * lane in flight (BULK: lane 0 keeps IF bulk copies of a row each in flight into a ring of the
+ * warp's in shared memory), until *stop, and add the bytes they read to *bytes. t[0], t[1]: the
+ * chase's global-timer start and end. One block an SM (its dynamic shared memory sees to that). */
+template <int IF, bool FAR, bool BULK = false>
 __global__ void __launch_bounds__(768, 1) latency_probe_kernel(const uint32_t *chain, uint32_t at0, uint32_t hops,
                                                                const uint4 *buf,
                                                                uint64_t vecs, int mode, volatile uint32_t *stop,
@@ -946,41 +947,71 @@ __global__ void __launch_bounds__(768, 1) latency_probe_kernel(const uint32_t *c
     const uint64_t rows = vecs / 256; /* 4 KiB rows */
     uint64_t r = (uint64_t)blockIdx.x * nw + warp, n = 0;
     uint32_t acc = 0;
-    for (;;) {
-        const uint32_t s = *stop; /* asked with the row, looked at after it */
-        const uint4 *row = buf + (r % rows) * 256;
-#pragma unroll 1
-        for (uint32_t b = lane; b < 256; b += 32 * IF) {
-            uint4 w[IF];
-#pragma unroll
-            for (int k = 0; k < IF; k++) w[k] = ld_stream(row + b + 32 * k);
-#pragma unroll
-            for (int k = 0; k < IF; k++) acc ^= w[k].x ^ w[k].y ^ w[k].z ^ w[k].w;
+    if constexpr (BULK) { /* lane 0 alone; the others add nothing */
+        extern __shared__ __align__(128) uint8_t lat_ring[];
+        __shared__ uint64_t lat_bar[24 * IF];
+        if (lane) return;
+        uint8_t *ring = lat_ring + (size_t)warp * IF * 4096;
+        uint64_t *bar = lat_bar + warp * IF;
+        for (int k = 0; k < IF; k++) mbar_init(&bar[k], 1);
+        mbar_init_fence();
+        const uint64_t pol = evict_first_policy();
+        uint64_t issued = 0;
+        for (;;) {
+            const uint32_t s = *stop;
+            const uint32_t slot = (uint32_t)(issued % IF);
+            if (issued >= IF) { /* the copy issued IF ago into this slot */
+                mbar_wait(&bar[slot], (uint32_t)((issued / IF - 1) & 1));
+                n += 4096;
+            }
+            mbar_expect_tx(&bar[slot], 4096);
+            bulk_load(ring + (size_t)slot * 4096, buf + (r % rows) * 256, 4096, &bar[slot], pol);
+            issued++;
+            r += warps_all;
+            if (s) break;
         }
-        n += 4096 / 32; /* this lane's share of the row */
-        r += warps_all;
-        if (s) break;
+        for (uint64_t j = issued > IF ? issued - IF : 0; j < issued; j++) { /* the ring drained */
+            mbar_wait(&bar[j % IF], (uint32_t)((j / IF) & 1));
+            n += 4096;
+        }
+    } else {
+        for (;;) {
+            const uint32_t s = *stop; /* asked with the row, looked at after it */
+            const uint4 *row = buf + (r % rows) * 256;
+#pragma unroll 1
+            for (uint32_t b = lane; b < 256; b += 32 * IF) {
+                uint4 w[IF];
+#pragma unroll
+                for (int k = 0; k < IF; k++) w[k] = ld_stream(row + b + 32 * k);
+#pragma unroll
+                for (int k = 0; k < IF; k++) acc ^= w[k].x ^ w[k].y ^ w[k].z ^ w[k].w;
+            }
+            n += 4096 / 32; /* this lane's share of the row */
+            r += warps_all;
+            if (s) break;
+        }
     }
     atomicAdd(bytes, (unsigned long long)n);
     if (acc == 0x9e3779b9u) out[1 + blockIdx.x] = acc;
 }
 
-template <int IF, bool FAR>
+template <int IF, bool FAR, bool BULK = false>
 static cudaError_t latency_launch(int n_sm, int warps, size_t smem, const uint32_t *chain, uint32_t at0, uint32_t hops,
                                   const uint4 *buf, uint64_t vecs, int mode, uint32_t *ctl,
                                   unsigned long long *stats, uint32_t *out) {
-    cudaError_t e = cudaFuncSetAttribute(latency_probe_kernel<IF, FAR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem);
+    cudaError_t e = cudaFuncSetAttribute(latency_probe_kernel<IF, FAR, BULK>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    latency_probe_kernel<IF, FAR><<<n_sm, 32 * warps, smem>>>(chain, at0, hops, buf, vecs, mode, ctl, ctl + 1, stats,
+    latency_probe_kernel<IF, FAR, BULK><<<n_sm, 32 * warps, smem>>>(chain, at0, hops, buf, vecs, mode, ctl, ctl + 1, stats,
                                                               stats + 1, out);
     return cudaGetLastError();
 }
 
-extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, double *ns, double *gbps, char *err,
-                                 size_t errlen) {
+extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, int bulk, double *ns, double *gbps,
+                                 char *err, size_t errlen) {
+    const size_t smem = 160 * 1024; /* one block an SM; with bulk, the rings */
     if (mode < 0 || mode > 3 || !(inflight == 1 || inflight == 2 || inflight == 4 || inflight == 8) ||
-        !(warps == 8 || warps == 24)) {
+        !(warps == 8 || warps == 24) || (bulk && (size_t)warps * inflight * 4096 > smem)) {
         if (err && errlen) snprintf(err, errlen, "load latency: bad arguments");
         return -1;
     }
@@ -990,7 +1021,6 @@ extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, dou
     const uint32_t n_links = far ? 1u << 21 : 64, stride = far ? 32 : 64, hops = far ? 2000 : 4000;
     const size_t chain_bytes = (size_t)n_links * stride * sizeof(uint32_t);
     const size_t buf_bytes = (size_t)1 << 30;
-    const size_t smem = 160 * 1024; /* one block an SM */
     uint32_t *chain = NULL, *out = NULL, *ctl = NULL;
     uint4 *buf = NULL;
     unsigned long long *stats = NULL;
@@ -1021,8 +1051,12 @@ extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, dou
         if (e == cudaSuccess) e = cudaEventRecord(ev[0]);
         if (e == cudaSuccess) {
 #define LAT_CASE(IF)                                                                                              \
-    e = far ? latency_launch<IF, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl, stats, out)    \
-            : latency_launch<IF, false>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl, stats, out)
+    e = bulk ? (far ? latency_launch<IF, true, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl,  \
+                                                     stats, out)                                                 \
+                    : latency_launch<IF, false, true>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl,   \
+                                                      stats, out))                                               \
+             : far ? latency_launch<IF, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl, stats, out) \
+                   : latency_launch<IF, false>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl, stats, out)
             switch (inflight) {
             case 1: LAT_CASE(1); break;
             case 2: LAT_CASE(2); break;
