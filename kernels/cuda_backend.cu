@@ -1002,9 +1002,16 @@ static cudaError_t latency_launch(int n_sm, int warps, size_t smem, const uint32
     cudaError_t e = cudaFuncSetAttribute(latency_probe_kernel<IF, FAR, BULK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    latency_probe_kernel<IF, FAR, BULK><<<n_sm, 32 * warps, smem>>>(chain, at0, hops, buf, vecs, mode, ctl, ctl + 1, stats,
-                                                              stats + 1, out);
+    latency_probe_kernel<IF, FAR, BULK><<<n_sm, 32 * warps, smem>>>(chain, at0, hops, buf, vecs, mode, ctl, ctl + 1,
+                                                                    stats, stats + 1, out);
     return cudaGetLastError();
+}
+
+/* latency_launch of the instance for far and bulk. */
+template <int IF, typename... A>
+static cudaError_t latency_pick(bool far, bool bulk, A... args) {
+    if (bulk) return far ? latency_launch<IF, true, true>(args...) : latency_launch<IF, false, true>(args...);
+    return far ? latency_launch<IF, true>(args...) : latency_launch<IF, false>(args...);
 }
 
 extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, int bulk, double *ns, double *gbps,
@@ -1050,20 +1057,10 @@ extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, int
         const uint32_t at0 = far ? ((uint32_t)rep * 4096u * 7919u & (n_links - 1)) * stride : 0;
         if (e == cudaSuccess) e = cudaEventRecord(ev[0]);
         if (e == cudaSuccess) {
-#define LAT_CASE(IF)                                                                                              \
-    e = bulk ? (far ? latency_launch<IF, true, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl,  \
-                                                     stats, out)                                                 \
-                    : latency_launch<IF, false, true>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl,   \
-                                                      stats, out))                                               \
-             : far ? latency_launch<IF, true>(n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl, stats, out) \
-                   : latency_launch<IF, false>(n_sm, warps, smem, chain, 0, hops, buf, vecs, mode, ctl, stats, out)
-            switch (inflight) {
-            case 1: LAT_CASE(1); break;
-            case 2: LAT_CASE(2); break;
-            case 4: LAT_CASE(4); break;
-            default: LAT_CASE(8); break;
-            }
-#undef LAT_CASE
+            const bool f = far != 0, b = bulk != 0;
+#define LAT_PICK(IF) latency_pick<IF>(f, b, n_sm, warps, smem, chain, at0, hops, buf, vecs, mode, ctl, stats, out)
+            e = inflight == 1 ? LAT_PICK(1) : inflight == 2 ? LAT_PICK(2) : inflight == 4 ? LAT_PICK(4) : LAT_PICK(8);
+#undef LAT_PICK
         }
         if (e == cudaSuccess) e = cudaEventRecord(ev[1]);
         if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);

@@ -48,12 +48,12 @@ int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_bytes, int n, 
 
 /* What a latency-bound read costs while weights stream: one warp chases a dependent chain of
  * 4-byte loads, near (a 16 KiB table kept in L2, as the decode's x staging and its activations)
- * or far (a 256 MiB table, nearly every hop from memory, as its norm weights and older K/V rows), in a
- * block on an SM of its own, while other warps stream a large buffer in the matvec's pattern
- * (16-byte loads, `inflight` of them per lane, 1..8; `warps` warps a block, 8 or 24), or with
- * bulk set through bulk copies (`inflight` rows of 4 KiB a warp in flight, into shared memory,
- * at most 160 KiB a block). mode: bit 0,
- * every other SM streams; bit 1, the chasing warp's own SM streams (its other warps); 0 neither.
+ * or far (a 256 MiB table, nearly every hop from memory, as its norm weights and older K/V
+ * rows), in a block on an SM of its own, while other warps stream a large buffer in the matvec's
+ * pattern (16-byte loads, `inflight` of them per lane, 1..8; `warps` warps a block, 8 or 24), or
+ * with bulk set through bulk copies (`inflight` rows of 4 KiB a warp in flight, into shared
+ * memory, at most 160 KiB a block). mode: bit 0, every other SM streams; bit 1, the chasing
+ * warp's own SM streams (its other warps); 0 neither.
  * *ns: the mean nanoseconds a hop; *gbps: what the streaming warps read over the launch (0 when
  * none stream). 0, or -1 with a message in err. */
 int cuda_load_latency(int mode, int inflight, int warps, int far, int bulk, double *ns, double *gbps, char *err,
