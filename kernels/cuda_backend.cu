@@ -23,7 +23,7 @@ int thin_cuda_mv_minb = 0, thin_cuda_mv_bps = 0, thin_cuda_mv_small_bps = 0, thi
 int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
 int thin_cuda_mv_x4 = 4096;
 int thin_cuda_mv_single = 3;
-int thin_cuda_mv_dual = 1, thin_cuda_mv_warps = 0;
+int thin_cuda_mv_dual = 1, thin_cuda_mv_warps = 0, thin_cuda_mv_slim = 0;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -347,8 +347,12 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (thin_cuda_mv_dual < 0) thin_cuda_mv_dual = 0;
     const char *mvw = getenv("THIN_CUDA_MV_WARPS"); /* 8 or 12: q/k/v and o in blocks of that many warps */
     thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
+    const char *mvs = getenv("THIN_CUDA_MV_SLIM"); /* 1: q/k/v in slim blocks, see matvec.cu */
+    thin_cuda_mv_slim = mvs && *mvs ? atoi(mvs) : 0;
     const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: FP8 MLP blocks of 8 warps; 16: MLP blocks of 16 */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
+    const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24 or 16: slim MLP blocks, see mlp.cu */
+    thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

@@ -290,6 +290,8 @@ extern int thin_cuda_mv_single;
  * q/k/v rope pairs run in blocks of mv_args.warps warps (12, one per SM by registers, or 8),
  * unless thin_cuda_mv_warps (env THIN_CUDA_MV_WARPS) says 8 or 12 for all of them. */
 extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
+/* THIN_CUDA_MV_SLIM=1: q/k/v (row pairs with the rope) in 8-warp blocks within 64 registers. */
+extern int thin_cuda_mv_slim;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -547,6 +549,9 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
  * SM, UNITS intermediate units per block; 0: the launcher's choice, see launch_m). Off with
  * THIN_CUDA_STREAM=1. */
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
+/* THIN_CUDA_MLP_SLIM=24 or 16: the MLP kernel in one block of that many warps per SM within 64 or
+ * 96 registers a thread (launch_dd in mlp.cu); 0 (default): the launcher's blocks. */
+extern int thin_cuda_mlp_slim;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

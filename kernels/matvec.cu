@@ -151,17 +151,31 @@ __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2
     else matvec_body<DT, 1, HB, NW, BIAS>(a, total, xs, red);
 }
 
-template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false>
+/* Slim blocks (THIN_CUDA_MV_SLIM=1, row pairs: q/k/v): at most 64 registers a thread with quarter
+ * batches, so that a block of 8 warps (16 K registers) fits on an SM beside a slim MLP block
+ * (mlp.cu) and starts, requesting its first rows, while that kernel runs. */
+template <int DT, int NW, bool BIAS>
+__global__ void __maxnreg__(64) matvec_slim_kernel(const mv_args a, uint32_t total) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    pdl_trigger();
+    if (a.pair || a.rope || a.dual) matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
+    else matvec_body<DT, 1, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
+}
+
+template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
     for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
     if (a->dual) total = dual_half(*a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
-    cudaError_t e = smem_attr(matvec_kernel<DT, MINB, MODE, NW, BIAS>, smem, 256); /* + its static memory */
+    void (*kern)(const mv_args, uint32_t);
+    if constexpr (SLIM) kern = matvec_slim_kernel<DT, NW, BIAS>;
+    else kern = matvec_kernel<DT, MINB, MODE, NW, BIAS>;
+    cudaError_t e = smem_attr(kern, smem, 256); /* + its static memory */
     if (e != cudaSuccess) return e;
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_kernel<DT, MINB, MODE, NW, BIAS>,
-                                                                  NW * 32, smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NW * 32, smem);
     if (e != cudaSuccess) return e;
     if (thin_cuda_mv_bps > 0 && thin_cuda_mv_bps < per_sm) per_sm = thin_cuda_mv_bps;
     if (MODE == 2 && thin_cuda_mv_single < per_sm) per_sm = thin_cuda_mv_single;
@@ -182,7 +196,7 @@ static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t per_warp = (total + cap * NW - 1) / (cap * NW);
     uint32_t blocks = (total + per_warp * NW - 1) / (per_warp * NW);
     if (blocks < 1) blocks = 1;
-    return launch_k(matvec_kernel<DT, MINB, MODE, NW, BIAS>, dim3(blocks), dim3(NW * 32), smem, st, *a, total);
+    return launch_k(kern, dim3(blocks), dim3(NW * 32), smem, st, *a, total);
 }
 
 /* Bandwidth follows the bytes in flight per SM: BF16/F16/F32 pairs do best with two blocks of long
@@ -201,6 +215,7 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
             return launch_v<DT, 1, 1>(a, n_sm, st);
         if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
     }
+    if (thin_cuda_mv_slim && a->rope) return launch_v<DT, 1, 0, MV_WARPS, BIAS, true>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;
     if (minb >= 3) return launch_v<DT, 3, 0, MV_WARPS, BIAS>(a, n_sm, st);
     /* q/k/v (rope pairs) and the dual o-projection in blocks of 12 warps, one per SM by registers

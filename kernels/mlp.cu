@@ -28,6 +28,7 @@
 #include "matvec_dev.cuh"
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
+int thin_cuda_mlp_slim = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -50,20 +51,17 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-/* DTG: gate/up dtype, DTD: down dtype; NW warps per block; MINB blocks per SM the registers must
- * allow (FP8 gate/up: 24 warps per SM, at most 85 registers a thread, with half load batches, as
- * the pair matvec); VPT: 16-byte vectors of a down row per thread (1 or 2); NB: down rows per
- * thread in each of the two batches in flight. */
-template <int DTG, int DTD, int NW, int MINB, int VPT>
-__global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
+/* DTG: gate/up dtype, DTD: down dtype; NW warps per block; HB: 16-byte vectors per lane and row
+ * in a gate/up load batch; NB: down rows per thread in each of the two batches in flight; VPT:
+ * 16-byte vectors of a down row per thread (1 or 2). The kernels below choose HB and NB for
+ * their register bounds. */
+template <int DTG, int DTD, int NW, int HB, int NB, int VPT>
+__device__ __forceinline__ void mlp_body(const mlp_args &a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     pdl_trigger();
     ktrace kt;
     kt.start();
-    constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
-    constexpr int HB = HALF ? MV_UNROLL / 2 : MV_UNROLL;
-    constexpr int NB = (HALF ? 4 : 8) / VPT;
     constexpr uint32_t EPD = vec_of<DTD>::epv;
     const mv_args &m = a.mv;
     const uint32_t inter = m.seg[0].w.rows;
@@ -216,6 +214,26 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
 }
 
+/* The registers' bound by MINB, the blocks per SM they must allow (FP8 gate/up: 24 warps per SM,
+ * at most 85 registers a thread, with half load batches, as the pair matvec): half batches below
+ * 100 registers a thread. */
+template <int DTG, int DTD, int NW, int MINB, int VPT>
+__global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
+    constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
+    mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT>(a);
+}
+
+/* Slim blocks (THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so that a block of NW warps
+ * fits on an SM beside an attention + o block (16 K registers) and starts, requesting its first
+ * rows, while that kernel runs: 24 warps at 64 registers with quarter batches, 16 at 96 with
+ * half batches. */
+template <int DTG, int DTD, int NW, int MAXR, int VPT>
+__global__ void __maxnreg__(MAXR) mlp_slim_kernel(const mlp_args a) {
+    constexpr int HB = MAXR <= 64 ? MV_UNROLL / 4 : MV_UNROLL / 2;
+    constexpr int NB = (MAXR <= 64 ? 2 : 4) / VPT > 0 ? (MAXR <= 64 ? 2 : 4) / VPT : 1;
+    mlp_body<DTG, DTD, NW, HB, NB, VPT>(a);
+}
+
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -236,11 +254,13 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int NW, int MINB, int VPT>
+template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
-    auto k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
+    void (*k)(const mlp_args);
+    if constexpr (MAXR > 0) k = mlp_slim_kernel<DTG, DTD, NW, MAXR, VPT>;
+    else k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
@@ -293,11 +313,11 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
 /* Warps per block NW, and blocks per SM for the registers: 24 warps per SM for FP8 gate/up, 16 for
  * BF16, in blocks of 8 warps or in one block. (NW * 32 must be a multiple of every power of two up
  * to 256, the threads of a down row.) */
-template <int DTG, int DTD, int NW>
+template <int DTG, int DTD, int NW, int MAXR = 0>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
-    constexpr int MINB = (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
-    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1>(a, n_sm, st);
-    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2>(a, n_sm, st);
+    constexpr int MINB = MAXR > 0 ? 1 : (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
+    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR>(a, n_sm, st);
+    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2, MAXR>(a, n_sm, st);
     return cudaErrorInvalidValue;
 }
 
@@ -314,7 +334,11 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
      * tokens/s); after the attention + o kernel, whose blocks hold 16 K registers of an SM, only a
      * block of 8 warps fits beside one and starts, and requests its first rows, while it runs
      * (525.7 and 526.2 against 521.5-522.2 and 520.6-520.9 in two calls; bench/decode-variants.sh).
-     * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps; =16: either in 16. */
+     * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps; =16: either in 16.
+     * THIN_CUDA_MLP_SLIM=24 or 16: one block of that many warps per SM within 64 or 96 registers
+     * (mlp_slim_kernel). */
+    if (thin_cuda_mlp_slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
+    if (thin_cuda_mlp_slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
         if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
         if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);

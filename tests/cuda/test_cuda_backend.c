@@ -835,6 +835,18 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
+    /* The slim MLP blocks: 24 warps within 64 registers (quarter batches), 16 within 96; with
+     * the first, q/k/v in slim blocks too */
+    static const char *const slim[] = {"24", "16"};
+    for (int i = 0; i < 2; i++) {
+        setenv("THIN_CUDA_MLP_SLIM", slim[i], 1);
+        if (i == 0) setenv("THIN_CUDA_MV_SLIM", "1", 1);
+        snprintf(tag, sizeof tag, "MLP kernel, slim %s-warp blocks%s: ", slim[i],
+                 i == 0 ? ", slim q/k/v" : "");
+        run_all(tag);
+        unsetenv("THIN_CUDA_MV_SLIM");
+    }
+    unsetenv("THIN_CUDA_MLP_SLIM");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
