@@ -28,7 +28,7 @@
 #include "matvec_dev.cuh"
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
-int thin_cuda_mlp_slim = 0;
+int thin_cuda_mlp_slim = 0, thin_cuda_mlp_ring = 0, thin_cuda_mlp_ring_warps = 8;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -234,6 +234,258 @@ __global__ void __maxnreg__(MAXR) mlp_slim_kernel(const mlp_args a) {
     mlp_body<DTG, DTD, NW, HB, NB, VPT>(a);
 }
 
+/* ---- the ring form (THIN_CUDA_MLP_RING) ----
+ * The same work in a block of NC consumer warps and one producer warp, one block per SM. The
+ * producer's lane 0 streams the block's weights in the order they are used (its units' gate and up
+ * rows, a few units a stage, then their transposed down rows) by bulk copies into a ring of
+ * shared-memory slots, each with a "full" mbarrier (the copies' bytes) and an "empty" one (the
+ * consumers' release); it never waits for the previous kernel, since weights do not depend on it,
+ * and the ring's size bounds the bytes it has in flight. The consumers stage x after the wait (the
+ * fused RMSNorm), take the gate/up stages in turn (warp w: stages w, w + NC, ...), keep h in
+ * shared memory, meet on a named barrier, then all take every down stage (thread (group, t):
+ * vector t of rows group, group + G, ... of each stage) and add into the residual as the kernel
+ * above. Registers stay within 64 a thread, so the block fits beside an attention + o block. */
+__device__ __forceinline__ void csync(uint32_t nthreads) {
+    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+}
+
+template <int DTG, int DTD, int NC>
+__global__ void __maxnreg__(64) mlp_ring_kernel(const mlp_args a) {
+    extern __shared__ __align__(16) float sm[];
+    __shared__ float red[32];
+    pdl_trigger();
+    ktrace kt;
+    kt.start();
+    constexpr uint32_t CT = NC * 32; /* consumer threads */
+    constexpr uint32_t EPG = vec_of<DTG>::epv, EPD = vec_of<DTD>::epv;
+    const mv_args &m = a.mv;
+    const uint32_t inter = m.seg[0].w.rows;
+    const uint32_t u0 = blockIdx.x * a.units;
+    const uint32_t nu = u0 < inter ? min(a.units, inter - u0) : 0;
+    float *xs = sm, *hs = sm + a.h_off;
+    uint8_t *ring = (uint8_t *)sm + a.ring_off;
+    const uint32_t NS = a.ring_n, SB = a.ring_sb;
+    uint64_t *full = (uint64_t *)(ring + (size_t)NS * SB), *empty = full + NS;
+    const uint32_t grow_b = m.seg[0].w.pitch * (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+    const uint32_t drow_b = a.down.pitch * (DTD == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+    const uint32_t ru = SB / (2 * grow_b), rd = SB / drow_b; /* units a gate/up stage, rows a down stage */
+    const uint32_t ngu = (nu + ru - 1) / ru, nd = (nu + rd - 1) / rd;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
+    if (tid == CT) {
+        for (uint32_t i = 0; i < NS; i++) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], NC);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads(); /* the last barrier of the whole block: the producer leaves below */
+    if (warp == NC) {
+        if (lane == 0) {
+            const uint64_t pol = evict_first_policy();
+            const uint8_t *g = (const uint8_t *)m.seg[0].w.data + (size_t)u0 * grow_b;
+            const uint8_t *u = (const uint8_t *)m.seg[1].w.data + (size_t)u0 * grow_b;
+            const uint8_t *d = (const uint8_t *)a.down.data + (size_t)u0 * drow_b;
+            for (uint32_t s = 0; s < ngu + nd; s++) {
+                const uint32_t k = s % NS;
+                if (s >= NS) mbar_wait(&empty[k], (s / NS - 1) & 1u);
+                uint8_t *slot = ring + (size_t)k * SB;
+                if (s < ngu) {
+                    const uint32_t j0 = s * ru, n = min(ru, nu - j0);
+                    mbar_expect_tx(&full[k], 2 * n * grow_b);
+                    bulk_load(slot, g + (size_t)j0 * grow_b, n * grow_b, &full[k], pol);
+                    bulk_load(slot + n * grow_b, u + (size_t)j0 * grow_b, n * grow_b, &full[k], pol);
+                } else {
+                    const uint32_t j0 = (s - ngu) * rd, n = min(rd, nu - j0);
+                    mbar_expect_tx(&full[k], n * drow_b);
+                    bulk_load(slot, d + (size_t)j0 * drow_b, n * drow_b, &full[k], pol);
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers: x staged (through the RMSNorm) once the previous kernel is done */
+    const uint32_t cols = m.seg[0].w.cols, pitch = m.seg[0].w.pitch;
+    const uint32_t nvec = pitch / EPG, ps = nvec * 4;
+    float nw[MV_XPRE];
+#pragma unroll
+    for (int k = 0; k < MV_XPRE; k++) {
+        const uint32_t i = tid + k * CT;
+        nw[k] = m.norm_w && i < cols ? load_elem(m.norm_w, m.norm_dtype, i) : 0.0f;
+    }
+    kt.mark(1);
+    pdl_wait();
+    kt.waited();
+    float ss = 0.0f;
+    for (uint32_t i = tid; i < pitch; i += CT) {
+        const float v = i < cols ? __ldcg(m.x + i) : 0.0f;
+        xs[x_index<DTG>(i, ps)] = v;
+        ss += v * v;
+    }
+    if (m.norm_w) {
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        csync(CT);
+        float tot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NC; w++) tot += red[w];
+        const float inv = 1.0f / sqrtf(tot / (float)cols + m.eps);
+#pragma unroll
+        for (int k = 0; k < MV_XPRE; k++) {
+            const uint32_t i = tid + k * CT;
+            if (i < cols) xs[x_index<DTG>(i, ps)] = nw[k] * (inv * xs[x_index<DTG>(i, ps)]);
+        }
+        for (uint32_t i = tid + MV_XPRE * CT; i < cols; i += CT)
+            xs[x_index<DTG>(i, ps)] = load_elem(m.norm_w, m.norm_dtype, i) * (inv * xs[x_index<DTG>(i, ps)]);
+    }
+    csync(CT);
+    unsigned long long target = 0; /* as in mlp_body */
+    if (tid == 0) {
+        __threadfence();
+        const unsigned long long prev = atomicAdd(a.count, 1ull);
+        target = (prev / gridDim.x + 1) * gridDim.x;
+    }
+
+    /* gate and up: warp w takes stages w, w + NC, ... */
+    for (uint32_t s = warp; s < ngu; s += NC) {
+        const uint32_t k = s % NS, j0 = s * ru, n = min(ru, nu - j0);
+        float sg = 1.0f, su = 1.0f;
+        mbar_wait(&full[k], (s / NS) & 1u);
+        const uint8_t *slot = ring + (size_t)k * SB;
+        for (uint32_t q = 0; q < n; q++) {
+            if (DTG == THIN_DTYPE_F8_E4M3 && lane == 0) {
+                if (m.seg[0].w.scale) sg = m.seg[0].w.scale[u0 + j0 + q];
+                if (m.seg[1].w.scale) su = m.seg[1].w.scale[u0 + j0 + q];
+            }
+            const uint4 *gr = (const uint4 *)(slot + q * grow_b), *ur = (const uint4 *)(slot + (n + q) * grow_b);
+            float acc0 = 0.0f, acc1 = 0.0f;
+            for (uint32_t v = lane; v < nvec; v += 32) {
+                acc0 += dot16<DTG>(gr[v], xs + 4 * v, ps);
+                acc1 += dot16<DTG>(ur[v], xs + 4 * v, ps);
+            }
+            acc0 = warp_sum(acc0);
+            acc1 = warp_sum(acc1);
+            if (lane == 0) hs[j0 + q] = silu_f(acc0 * sg) * (acc1 * su);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive_n(&empty[k], NC);
+    }
+    if (tid == 0) kt.mark(0);
+    csync(CT); /* h complete; x no longer needed */
+    if (tid == 0) kt.mark(1);
+
+    /* down: every consumer takes its share of every down stage */
+    const uint32_t tpr = a.tpr, G = CT / tpr, gi = tid / tpr, t = tid % tpr;
+    const uint32_t nvd = a.down.pitch / EPD;
+    float acc[EPD];
+#pragma unroll
+    for (int i = 0; i < (int)EPD; i++) acc[i] = 0.0f;
+    for (uint32_t s2 = 0; s2 < nd; s2++) {
+        const uint32_t s = ngu + s2, k = s % NS, j0 = s2 * rd, n = min(rd, nu - j0);
+        mbar_wait(&full[k], (s / NS) & 1u);
+        const uint8_t *slot = ring + (size_t)k * SB;
+        if (t < nvd) {
+            for (uint32_t r = gi; r < n; r += G) {
+                const float h = hs[j0 + r];
+                float f[EPD];
+                unpack16<DTD>(((const uint4 *)(slot + (size_t)r * drow_b))[t], f);
+#pragma unroll
+                for (int i = 0; i < (int)EPD; i++) acc[i] = fmaf(h, f[i], acc[i]);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive_n(&empty[k], 1);
+    }
+
+    /* the groups' sums through shared memory (over x), scaled, into the residual */
+    float *part = sm;
+    const uint32_t hp = a.down.pitch;
+    if (t < nvd) {
+#pragma unroll
+        for (int i = 0; i < (int)EPD; i += 4)
+            *(float4 *)&part[gi * hp + t * EPD + i] = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+    }
+    if (tid == 0) {
+        kt.mark(2);
+        while (ld_acquire64(a.count) < target) __nanosleep(64);
+    }
+    csync(CT);
+    if (tid == 0) kt.mark(3);
+    const uint32_t hidden = a.down.rows, n4 = (hidden + 3) / 4;
+    const bool vec = ((uintptr_t)a.resid & 15) == 0;
+    const uint32_t rot = (uint32_t)(((uint64_t)blockIdx.x * 97u) % n4);
+    for (uint32_t i = tid; i < n4; i += CT) {
+        const uint32_t c = 4 * (i + rot < n4 ? i + rot : i + rot - n4);
+        float4 sum = *(const float4 *)&part[c];
+        for (uint32_t g = 1; g < G; g++) {
+            const float4 q = *(const float4 *)&part[g * hp + c];
+            sum.x += q.x, sum.y += q.y, sum.z += q.z, sum.w += q.w;
+        }
+        if (DTD == THIN_DTYPE_F8_E4M3 && a.down.scale) {
+            const float *sc = a.down.scale + c;
+            sum.x *= sc[0];
+            if (c + 1 < hidden) sum.y *= sc[1];
+            if (c + 2 < hidden) sum.z *= sc[2];
+            if (c + 3 < hidden) sum.w *= sc[3];
+        }
+        if (c + 3 < hidden) {
+            atomic_add4(a.resid + c, sum, vec);
+        } else {
+            atomicAdd(a.resid + c, sum.x);
+            if (c + 1 < hidden) atomicAdd(a.resid + c + 1, sum.y);
+            if (c + 2 < hidden) atomicAdd(a.resid + c + 2, sum.z);
+        }
+    }
+    if (tid == 0) kt.end(TRACE_MLP | inter << 8, 4);
+}
+
+/* The ring form's launch: one block per SM, each a contiguous range of units; a ring of
+ * thin_cuda_mlp_ring KiB in slots of at least 8 KiB (a gate/up stage holds at least one unit's
+ * two rows, a down stage one row). cudaErrorNotSupported when the shapes or the shared memory do
+ * not allow it (the caller then takes the other kernels). */
+template <int DTG, int DTD, int NC>
+static cudaError_t launch_ring(const mlp_args *in, int n_sm, cudaStream_t st) {
+    constexpr uint32_t CT = NC * 32;
+    mlp_args a = *in;
+    auto k = mlp_ring_kernel<DTG, DTD, NC>;
+    const uint32_t inter = a.mv.seg[0].w.rows, gpitch = a.mv.seg[0].w.pitch, dpitch = a.down.pitch;
+    const uint32_t nvd = dpitch / vec_of<DTD>::epv;
+    uint32_t tpr = 1;
+    while (tpr < nvd) tpr *= 2;
+    if (tpr > CT) return cudaErrorNotSupported;
+    const uint32_t G = CT / tpr;
+    const uint32_t grow_b = gpitch * (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+    const uint32_t drow_b = dpitch * (DTD == THIN_DTYPE_F8_E4M3 ? 1 : 2);
+    uint32_t sb = 8192;
+    if (sb < 2 * grow_b) sb = 2 * grow_b;
+    if (sb < drow_b) sb = drow_b;
+    const uint32_t units = (inter + (uint32_t)n_sm - 1) / (uint32_t)n_sm;
+    const uint32_t xfl = gpitch > G * dpitch ? gpitch : G * dpitch;
+    a.tpr = tpr;
+    a.units = units;
+    a.h_off = (xfl + 3) / 4 * 4;
+    a.ring_off = (uint32_t)(((size_t)(a.h_off + units) * sizeof(float) + 127) / 128 * 128);
+    a.ring_sb = sb;
+    a.ring_n = ((uint32_t)thin_cuda_mlp_ring * 1024u) / sb;
+    if (a.ring_n < 2) a.ring_n = 2;
+    const size_t smem = (size_t)a.ring_off + (size_t)a.ring_n * (sb + 16);
+    if (smem > 220 * 1024) return cudaErrorNotSupported;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    int fit = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, CT + 32, smem);
+    if (e != cudaSuccess) return e;
+    if (fit < 1) return cudaErrorNotSupported;
+    const uint32_t blocks = (inter + units - 1) / units;
+    return launch_k(k, dim3(blocks), dim3(CT + 32), smem, st, a);
+}
+
+template <int DTG, int DTD>
+static cudaError_t launch_ring_w(const mlp_args *a, int n_sm, cudaStream_t st) {
+    if (thin_cuda_mlp_ring_warps == 16) return launch_ring<DTG, DTD, 16>(a, n_sm, st);
+    return launch_ring<DTG, DTD, 8>(a, n_sm, st);
+}
+
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -323,6 +575,11 @@ static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
 
 template <int DTG, int DTD>
 static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
+    if (thin_cuda_mlp_ring > 0) {
+        const cudaError_t e = launch_ring_w<DTG, DTD>(a, n_sm, st);
+        if (e != cudaErrorNotSupported) return e;
+        (void)cudaGetLastError();
+    }
     /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
      * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
      * others get one or none; one block per SM gives every SM the same share (on the H200 with
