@@ -353,9 +353,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24 or 16: slim MLP blocks, see mlp.cu */
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : 0;
-    const char *mr = getenv("THIN_CUDA_MLP_RING"); /* KiB[,warps]: the MLP kernel's ring form */
-    thin_cuda_mlp_ring = 0, thin_cuda_mlp_ring_warps = 8;
-    if (mr) sscanf(mr, "%d,%d", &thin_cuda_mlp_ring, &thin_cuda_mlp_ring_warps);
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

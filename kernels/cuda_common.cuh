@@ -169,14 +169,6 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, uint32_t bytes) {
 #endif
 }
 
-/* Arrives on b n times (a release at CTA scope: the caller's reads of the slot it guards are done). */
-__device__ __forceinline__ void mbar_arrive_n(uint64_t *b, uint32_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(n)
-                 : "memory");
-#endif
-}
-
 /* Waits until the phase of b with the given parity has completed. */
 __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -512,9 +504,6 @@ struct mlp_args {
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
-    uint32_t ring_off;   /* ring form (THIN_CUDA_MLP_RING), set by the launcher: bytes of shared */
-    uint32_t ring_n;     /*   memory before the ring, its slots and the bytes of a slot */
-    uint32_t ring_sb;
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -563,9 +552,6 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
 /* THIN_CUDA_MLP_SLIM=24 or 16: the MLP kernel in one block of that many warps per SM within 64 or
  * 96 registers a thread (launch_dd in mlp.cu); 0 (default): the launcher's blocks. */
 extern int thin_cuda_mlp_slim;
-/* THIN_CUDA_MLP_RING=KIB[,WARPS]: the MLP kernel's ring form (mlp_ring_kernel in mlp.cu) with a
- * ring of KIB KiB of shared memory and WARPS (8 or 16) consumer warps; 0 (default): off. */
-extern int thin_cuda_mlp_ring, thin_cuda_mlp_ring_warps;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

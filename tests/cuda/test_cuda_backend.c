@@ -847,15 +847,6 @@ int main(void) {
         unsetenv("THIN_CUDA_MV_SLIM");
     }
     unsetenv("THIN_CUDA_MLP_SLIM");
-    /* The MLP kernel's ring form: a ring of 96 KiB with 8 consumer warps, and one of 16 KiB (two
-     * slots: every slot refilled many times a launch) with 16 */
-    static const char *const ring[] = {"96", "16,16"};
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_MLP_RING", ring[i], 1);
-        snprintf(tag, sizeof tag, "MLP kernel, ring %s: ", ring[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_MLP_RING");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
