@@ -455,6 +455,14 @@ struct ktrace {
 };
 #endif
 
+/* A kernel's registers capped at R a thread (__maxnreg__, nvcc 12.4 and later; before, the bound
+ * for one block of NT threads an SM, which may leave the block more registers than R). */
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define THIN_MAXNREG(NT, R) __maxnreg__(R)
+#else
+#define THIN_MAXNREG(NT, R) __launch_bounds__(NT, 1)
+#endif
+
 /* ---- launchers (one family per .cu file) ---- */
 
 /* Matrix-vector products for one token (matvec.cu). Up to three weights sharing the input are
@@ -550,7 +558,8 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
  * THIN_CUDA_STREAM=1. */
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 /* THIN_CUDA_MLP_SLIM=24 or 16: the MLP kernel in one block of that many warps per SM within 64 or
- * 96 registers a thread (launch_dd in mlp.cu); 0 (default): the launcher's blocks. */
+ * 96 registers a thread; 0: no slim block; -1 (unset): the launcher's choice (launch_dd in mlp.cu:
+ * 24 for BF16 gate/up unless THIN_CUDA_MLP_WARPS is set). */
 extern int thin_cuda_mlp_slim;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2
  * batches, so that a block of 8 warps (16 K registers) fits on an SM beside a slim MLP block
  * (mlp.cu) and starts, requesting its first rows, while that kernel runs. */
 template <int DT, int NW, bool BIAS>
-__global__ void __maxnreg__(64) matvec_slim_kernel(const mv_args a, uint32_t total) {
+__global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();

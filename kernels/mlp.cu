@@ -3,7 +3,8 @@
  * gate, the down projection and the residual add, with no kernel boundary between gate/up and down.
  *
  * Each block takes a contiguous range of `units` intermediate units j (FP8 gate/up: one block of
- * 24 warps per SM; BF16: two of 8 warps; see launch_dd).
+ * 24 warps per SM within 80 registers; BF16: one of 24 warps within 64 registers, which fits
+ * beside an attention + o block; see launch_dd).
  *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
  *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
  *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
@@ -28,7 +29,7 @@
 #include "matvec_dev.cuh"
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
-int thin_cuda_mlp_slim = 0;
+int thin_cuda_mlp_slim = -1;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -223,14 +224,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT>(a);
 }
 
-/* Slim blocks (THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so that a block of NW warps
+/* Slim blocks (BF16 gate/up by default; THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so that a block of NW warps
  * fits on an SM beside an attention + o block (16 K registers) and starts, requesting its first
  * rows, while that kernel runs: 24 warps at 64 registers with quarter batches, 16 at 96 with
  * half batches. */
 template <int DTG, int DTD, int NW, int MAXR, int VPT>
-__global__ void __maxnreg__(MAXR) mlp_slim_kernel(const mlp_args a) {
+__global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_slim_kernel(const mlp_args a) {
     constexpr int HB = MAXR <= 64 ? MV_UNROLL / 4 : MV_UNROLL / 2;
-    constexpr int NB = (MAXR <= 64 ? 2 : 4) / VPT > 0 ? (MAXR <= 64 ? 2 : 4) / VPT : 1;
+    constexpr int NB = (MAXR <= 64 ? 2 : 4) / VPT; /* VPT: 1 or 2 */
     mlp_body<DTG, DTD, NW, HB, NB, VPT>(a);
 }
 
@@ -329,16 +330,22 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
      * SmolLM3-3B quality FP8: 642.8 and 639.7 against 620.3 and 619.9 tokens/s in two calls; with
      * the attention + o kernel before it, 627.9 and 628.2 against 661.4 and 663.4). FP8 in 16 warps
      * (full load batches at 128 registers): 615.3 against 641.2.
-     * BF16 gate/up: blocks of 8 warps, two per SM by registers. One block of 16 warps per SM was
-     * faster while the o-projection ran before it (511.0 and 511.3 against 505.7 and 508.1
-     * tokens/s); after the attention + o kernel, whose blocks hold 16 K registers of an SM, only a
-     * block of 8 warps fits beside one and starts, and requests its first rows, while it runs
-     * (525.7 and 526.2 against 521.5-522.2 and 520.6-520.9 in two calls; bench/decode-variants.sh).
-     * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps; =16: either in 16.
-     * THIN_CUDA_MLP_SLIM=24 or 16: one block of that many warps per SM within 64 or 96 registers
-     * (mlp_slim_kernel). */
-    if (thin_cuda_mlp_slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
-    if (thin_cuda_mlp_slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
+     * BF16 gate/up: one slim block of 24 warps per SM within 64 registers (mlp_slim_kernel). One
+     * block of 16 warps per SM was faster than two of 8 while the o-projection ran before it
+     * (511.0 and 511.3 against 505.7 and 508.1 tokens/s); after the attention + o kernel, whose
+     * blocks hold 16 K registers of an SM, only a block of 8 warps fit beside one and started,
+     * requesting its first rows, while it ran (525.7 and 526.2 against 521.5-522.2 and 520.6-520.9
+     * in two calls on the H200). The slim block does both: one a SM, and it fits beside (on an H100
+     * with SmolLM3-3B BF16: 420.3, 420.4 and 420.3 against 415.6, 416.1 and 415.9 for the blocks
+     * of 8 warps in one call; slim blocks of 16 warps within 96 registers 416.0-416.2; FP8 gate/up
+     * slim blocks measured slower, 578.3-579.0 against 582.9-583.3; bench/decode-variants.sh).
+     * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps, BF16 in the blocks of 8 warps of before;
+     * =16: either in 16. THIN_CUDA_MLP_SLIM=24 or 16: either in one slim block of that many warps
+     * within 64 or 96 registers; =0: no slim block. */
+    const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
+                     : DTG == THIN_DTYPE_BF16 && thin_cuda_mlp_warps == 0 ? 24 : 0;
+    if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
+    if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
         if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
         if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);

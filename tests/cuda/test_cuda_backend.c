@@ -827,7 +827,8 @@ int main(void) {
     run_all("MLP kernel 1 block per SM, 8 units: ");
     unsetenv("THIN_CUDA_MLP");
     /* The MLP kernel's other block sizes (by default one block of 24 warps per SM for FP8
-     * gate/up, two of 8 warps for BF16): FP8 in blocks of 8 warps, and either in 16. */
+     * gate/up, one slim block of 24 warps for BF16): either in blocks of 8 warps (BF16 two per SM,
+     * no slim block), and either in 16. */
     static const char *const warps[] = {"8", "16"};
     for (int i = 0; i < 2; i++) {
         setenv("THIN_CUDA_MLP_WARPS", warps[i], 1);
@@ -835,8 +836,8 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MLP_WARPS");
-    /* The slim MLP blocks: 24 warps within 64 registers (quarter batches), 16 within 96; with
-     * the first, q/k/v in slim blocks too */
+    /* The slim MLP blocks for both dtypes: 24 warps within 64 registers (quarter batches), 16
+     * within 96; with the first, q/k/v in slim blocks too */
     static const char *const slim[] = {"24", "16"};
     for (int i = 0; i < 2; i++) {
         setenv("THIN_CUDA_MLP_SLIM", slim[i], 1);
