@@ -1020,7 +1020,7 @@ static cudaError_t latency_pick(bool far, bool bulk, A... args) {
 
 extern "C" int cuda_load_latency(int mode, int inflight, int warps, int far, int bulk, double *ns, double *gbps,
                                  char *err, size_t errlen) {
-    const size_t smem = 160 * 1024; /* one block an SM; with bulk, the rings */
+    const size_t smem = CUDA_LOAD_LATENCY_SMEM; /* one block an SM; with bulk, the rings */
     if (mode < 0 || mode > 3 || !(inflight == 1 || inflight == 2 || inflight == 4 || inflight == 8) ||
         !(warps == 8 || warps == 24) || (bulk && (size_t)warps * inflight * 4096 > smem)) {
         if (err && errlen) snprintf(err, errlen, "load latency: bad arguments");

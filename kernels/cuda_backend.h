@@ -52,10 +52,11 @@ int cuda_read_sequence(const uint64_t *bytes, const uint32_t *row_bytes, int n, 
  * rows), in a block on an SM of its own, while other warps stream a large buffer in the matvec's
  * pattern (16-byte loads, `inflight` of them per lane, 1..8; `warps` warps a block, 8 or 24), or
  * with bulk set through bulk copies (`inflight` rows of 4 KiB a warp in flight, into shared
- * memory, at most 160 KiB a block). mode: bit 0, every other SM streams; bit 1, the chasing
- * warp's own SM streams (its other warps); 0 neither.
+ * memory, at most CUDA_LOAD_LATENCY_SMEM bytes a block). mode: bit 0, every other SM streams;
+ * bit 1, the chasing warp's own SM streams (its other warps); 0 neither.
  * *ns: the mean nanoseconds a hop; *gbps: what the streaming warps read over the launch (0 when
  * none stream). 0, or -1 with a message in err. */
+#define CUDA_LOAD_LATENCY_SMEM (160 * 1024) /* shared memory a probe block has (bulk: the rings) */
 int cuda_load_latency(int mode, int inflight, int warps, int far, int bulk, double *ns, double *gbps, char *err,
                       size_t errlen);
 

@@ -151,16 +151,15 @@ __global__ void __launch_bounds__(NW * 32, MODE == 2 ? 3 : MODE == 1 || MINB < 2
     else matvec_body<DT, 1, HB, NW, BIAS>(a, total, xs, red);
 }
 
-/* Slim blocks (THIN_CUDA_MV_SLIM=1, row pairs: q/k/v): at most 64 registers a thread with quarter
- * batches, so that a block of 8 warps (16 K registers) fits on an SM beside a slim MLP block
- * (mlp.cu) and starts, requesting its first rows, while that kernel runs. */
+/* Slim blocks (THIN_CUDA_MV_SLIM=1; launched for the q/k/v rope pairs only): at most 64 registers
+ * a thread with quarter batches, so that a block of 8 warps (16 K registers) fits on an SM beside a
+ * slim MLP block (mlp.cu) and starts, requesting its first rows, while that kernel runs. */
 template <int DT, int NW, bool BIAS>
 __global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, uint32_t total) {
     extern __shared__ float xs[];
     __shared__ float red[32];
     pdl_trigger();
-    if (a.pair || a.rope || a.dual) matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
-    else matvec_body<DT, 1, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
+    matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
 }
 
 template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false>

@@ -224,10 +224,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT>(a);
 }
 
-/* Slim blocks (BF16 gate/up by default; THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so that a block of NW warps
- * fits on an SM beside an attention + o block (16 K registers) and starts, requesting its first
- * rows, while that kernel runs: 24 warps at 64 registers with quarter batches, 16 at 96 with
- * half batches. */
+/* Slim blocks (BF16 gate/up by default; THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so
+ * that a block of NW warps fits on an SM beside an attention + o block (16 K registers) and
+ * starts, requesting its first rows, while that kernel runs: 24 warps at 64 registers with
+ * quarter batches, 16 at 96 with half batches. */
 template <int DTG, int DTD, int NW, int MAXR, int VPT>
 __global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_slim_kernel(const mlp_args a) {
     constexpr int HB = MAXR <= 64 ? MV_UNROLL / 4 : MV_UNROLL / 2;
@@ -312,8 +312,9 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
 }
 
 /* Warps per block NW, and blocks per SM for the registers: 24 warps per SM for FP8 gate/up, 16 for
- * BF16, in blocks of 8 warps or in one block. (NW * 32 must be a multiple of every power of two up
- * to 256, the threads of a down row.) */
+ * BF16, in blocks of 8 warps or in one block; with MAXR, one slim block of NW warps within MAXR
+ * registers. (NW * 32 must be a multiple of every power of two up to 256, the threads of a down
+ * row.) */
 template <int DTG, int DTD, int NW, int MAXR = 0>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     constexpr int MINB = MAXR > 0 ? 1 : (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;

@@ -32,7 +32,8 @@ int main(void) {
                     for (size_t i = 0; i < sizeof inflight / sizeof *inflight; i++) {
                         if (mode == 0 && (bulk || i > 0 || warps > 8)) break; /* nothing streams: one line */
                         if (!bulk && warps == 24 && inflight[i] < 4) continue;
-                        if (bulk && (mode == 2 || (size_t)warps * inflight[i] * 4096 > 160 * 1024)) continue;
+                        if (bulk && (mode == 2 || (size_t)warps * inflight[i] * 4096 > CUDA_LOAD_LATENCY_SMEM))
+                            continue;
                         char err[256];
                         double ns = 0.0, gbps = 0.0;
                         if (cuda_load_latency(mode, inflight[i], warps, far, bulk, &ns, &gbps, err, sizeof err)) {
