@@ -349,7 +349,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mv_warps = mvw && *mvw ? atoi(mvw) : 0;
     const char *mvs = getenv("THIN_CUDA_MV_SLIM"); /* 1: q/k/v in slim blocks, see matvec.cu */
     thin_cuda_mv_slim = mvs && *mvs ? atoi(mvs) : 0;
-    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8: FP8 MLP blocks of 8 warps; 16: MLP blocks of 16 */
+    const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8 or 16: MLP blocks of that many warps; 24: the default */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24, 16 or 0: slim MLP blocks, see mlp.cu */
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : -1;

@@ -559,7 +559,7 @@ cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uin
 extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_warps;
 /* THIN_CUDA_MLP_SLIM=24 or 16: the MLP kernel in one block of that many warps per SM within 64 or
  * 96 registers a thread; 0: no slim block; -1 (unset): the launcher's choice (launch_dd in mlp.cu:
- * 24 for BF16 gate/up unless THIN_CUDA_MLP_WARPS is set). */
+ * 24 for BF16 gate/up unless THIN_CUDA_MLP_WARPS is 8 or 16). */
 extern int thin_cuda_mlp_slim;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm

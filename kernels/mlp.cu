@@ -341,10 +341,11 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
      * of 8 warps in one call; slim blocks of 16 warps within 96 registers 416.0-416.2; FP8 gate/up
      * slim blocks measured slower, 578.3-579.0 against 582.9-583.3; bench/decode-variants.sh).
      * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps, BF16 in the blocks of 8 warps of before;
-     * =16: either in 16. THIN_CUDA_MLP_SLIM=24 or 16: either in one slim block of that many warps
-     * within 64 or 96 registers; =0: no slim block. */
+     * =16: either in 16; =24 (or unset): the 24 warps above for both. THIN_CUDA_MLP_SLIM=24 or 16:
+     * either in one slim block of that many warps within 64 or 96 registers; =0: no slim block. */
+    const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
-                     : DTG == THIN_DTYPE_BF16 && thin_cuda_mlp_warps == 0 ? 24 : 0;
+                     : DTG == THIN_DTYPE_BF16 && warps24 ? 24 : 0;
     if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
