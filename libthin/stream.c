@@ -29,6 +29,8 @@ const char *thin_stream_error(const thin_stream *s) { return s ? s->err : ""; }
 
 const uint8_t *thin_stream_digest(const thin_stream *s) { return s->trailer.digest; }
 
+uint64_t thin_stream_size(const thin_stream *s) { return s && s->state == S_END ? s->pos : 0; }
+
 void thin_stream_free(thin_stream *s)
 {
     if (!s) return;

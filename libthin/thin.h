@@ -322,6 +322,9 @@ thin_status thin_stream_manifest(thin_stream *s, const char **json, size_t *len)
 /* After THIN_ITEM_END: compact JSON of a top-level manifest member, as thin_file_section. */
 thin_status thin_stream_section(thin_stream *s, const char *key, const char **json);
 const uint8_t *thin_stream_digest(const thin_stream *s);
+/* After THIN_ITEM_END: the stream's length in bytes, the trailer included (what the file's size
+ * would be); 0 before. */
+uint64_t thin_stream_size(const thin_stream *s);
 const char *thin_stream_error(const thin_stream *s);
 void thin_stream_free(thin_stream *s);
 

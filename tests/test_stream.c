@@ -106,6 +106,7 @@ static void stream_check(fx *f, size_t piece)
         thin_tensor_info t;
         assert_int_equal(thin_stream_next(s, &k, &t), THIN_OK);
         if (k == THIN_ITEM_END) break;
+        assert_int_equal(thin_stream_size(s), 0); /* known only at the end */
         const uint8_t *want = f->s.blob;
         if (k == THIN_ITEM_TENSOR) {
             assert_string_equal(t.name, f->s.d[tensors].name);
@@ -136,6 +137,8 @@ static void stream_check(fx *f, size_t piece)
     assert_int_equal(l1, l2);
     assert_memory_equal(m1, m2, l1);
     assert_memory_equal(thin_stream_digest(s), thin_file_digest(r), 32);
+    assert_int_equal(thin_stream_size(s), len);
+    assert_int_equal(thin_stream_size(s), thin_file_size(r));
     assert_int_equal(thin_stream_section(s, "model", &sec), THIN_OK);
     assert_string_equal(sec, "{\"family\":\"llama\",\"n\":[1,2]}");
     assert_int_equal(thin_stream_section(s, "nothing", &sec), THIN_E_NOT_FOUND);

@@ -38,7 +38,9 @@ for k in '"schema": 1' '"tape_ops": 78' '"family": "llama"' '"by_role"' '"by_dty
 done
 # a stream: thin-pack dir | thin-inspect -
 "$P" -q "$S" | "$I" - >"$T/slist" || fail "stream listing"
-grep -q '^stdin: 48 tensors, 3 blobs' "$T/slist" || fail "stream header: $(head -1 "$T/slist")"
+grep -q "^stdin: 48 tensors, 3 blobs, $(wc -c <"$T/s.thin") bytes" "$T/slist" ||
+    fail "stream header: $(head -1 "$T/slist")"
+"$I" --json - <"$T/s.thin" | grep -q "\"size\": $(wc -c <"$T/s.thin")," || fail "stream JSON size"
 "$P" -q "$S" | "$I" --verify - | grep -q '^verified' || fail "stream verify"
 "$P" -q "$S" | "$I" --extract model.norm.weight - >"$T/norm.s" || fail "stream extract"
 "$I" --extract model.norm.weight "$T/s.thin" | cmp -s - "$T/norm.s" || fail "stream extract bytes"

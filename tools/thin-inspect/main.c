@@ -268,7 +268,8 @@ static int run_stream(const opts *o)
         return rc;
     }
     thin_hex32(thin_stream_digest(s), hex);
-    show_file sf = {"stdin", 0, hex, parse_manifest("stdin", text, len), o->verify ? 1 : -1};
+    show_file sf = {"stdin", thin_stream_size(s), hex, parse_manifest("stdin", text, len),
+                    o->verify ? 1 : -1};
     if (o->extract && !found)
         cli_error("stdin: no tensor named '%s'", o->extract);
     else if (o->extract)

@@ -17,7 +17,7 @@ typedef struct show_filter {
 
 typedef struct show_file {
     const char *label;  /* path or "stdin" */
-    uint64_t size;      /* bytes of the file (0 when unknown) */
+    uint64_t size;      /* bytes of the file, or those read from the stream */
     const char *digest; /* hex of the whole-file digest */
     json_t *manifest;   /* the parsed manifest */
     int verified;       /* -1 not asked, 1 all checks passed */
