@@ -374,6 +374,10 @@ cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
 
 /* ---- transposition of a weight matrix (setup, and the prefill's down projection) ---- */
 
+/* dst (cols rows of pitch dp >= rows) = src (rows x cols, pitch sp) transposed; each dst row's
+ * padding [rows, dp) is written as zeros, so a buffer that held another matrix (the prefill's
+ * scratch, shared by down projections of different dtypes) leaves nothing in it for the GEMMs,
+ * which read whole pitches, to multiply. */
 template <typename T>
 __global__ void transpose_kernel(T *dst, uint32_t dp, const T *src, uint32_t sp, uint32_t rows,
                                  uint32_t cols) {
@@ -386,15 +390,15 @@ __global__ void transpose_kernel(T *dst, uint32_t dp, const T *src, uint32_t sp,
     __syncthreads();
     for (uint32_t i = threadIdx.y; i < 32; i += 8) {
         const uint32_t c = c0 + i, r = r0 + threadIdx.x;
-        if (c < cols && r < rows) dst[(size_t)c * dp + r] = tile[threadIdx.x][i];
+        if (c < cols && r < dp) dst[(size_t)c * dp + r] = r < rows ? tile[threadIdx.x][i] : T(0);
     }
 }
 
 cudaError_t launch_transpose(void *dst, uint32_t dst_pitch, const void *src, uint32_t src_pitch,
                              uint32_t rows, uint32_t cols, size_t esz, cudaStream_t st) {
     if (rows == 0 || cols == 0) return cudaSuccess;
-    if ((rows + 31) / 32 > 65535) return cudaErrorInvalidValue;
-    const dim3 g((cols + 31) / 32, (rows + 31) / 32), b(32, 8);
+    if (dst_pitch < rows || (dst_pitch + 31) / 32 > 65535) return cudaErrorInvalidValue;
+    const dim3 g((cols + 31) / 32, (dst_pitch + 31) / 32), b(32, 8);
     if (esz == 1)
         transpose_kernel<uint8_t><<<g, b, 0, st>>>((uint8_t *)dst, dst_pitch, (const uint8_t *)src,
                                                    src_pitch, rows, cols);
