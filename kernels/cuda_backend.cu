@@ -726,6 +726,7 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         CK(s, cudaMemcpyAsync(s->h_row, row, (size_t)vocab * sizeof(float), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
         *token = sampler_pick(&s->h_smp, s->h_row, coin);
+        if (*token < 0) return cuda_failf(s, "sampling found no candidate");
         return 0;
     }
     CK(s, launch_sample(row, vocab, temperature, top_k, top_p, coin, s->d_samp, s->d_prob, s->d_argmax, s->st));

@@ -98,6 +98,36 @@ static void test_frequencies_match_the_distribution(void **state) {
     sampler_free(&s);
 }
 
+/* Logits that hold a NaN or +infinity, or are all -infinity, leave no candidate: -1 (no read
+ * outside the candidates), with and without trimming; finite logits with some -infinity still
+ * draw among the finite ones. */
+static void test_no_candidate_is_reported(void **state) {
+    (void)state;
+    sampler s;
+    const float bad[4][4] = {{1.0f, NAN, 0.5f, 2.0f},
+                             {NAN, NAN, NAN, NAN},
+                             {1.0f, INFINITY, 0.5f, 2.0f},
+                             {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+    const uint32_t ks[3] = {0, 2, 0};
+    const float ps[3] = {1.0f, 1.0f, 0.9f};
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(sampler_init(&s, 4, 0.8f, ks[t], ps[t], 3), 0);
+        for (int r = 0; r < 4; r++) {
+            assert_int_equal(sampler_pick(&s, bad[r], 0.5f), -1);
+            assert_int_equal(sampler_sample(&s, bad[r]), -1);
+        }
+        const float some[4] = {-INFINITY, 1.0f, -INFINITY, 1.0f};
+        for (int i = 0; i < 20; i++) {
+            const int32_t id = sampler_sample(&s, some);
+            assert_true(id == 1 || id == 3);
+        }
+        sampler_free(&s);
+    }
+    sampler_cand c[1] = {{0.0f, 0}};
+    assert_int_equal(sampler_draw(c, 0, 0, 1.0f, 0.5f), -1);
+    assert_int_equal(sampler_draw(c, 1, 0, 1.0f, 0.5f), -1); /* mass 0 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_takes_lowest_index_on_ties),
@@ -106,6 +136,7 @@ int main(void) {
         cmocka_unit_test(test_pick_follows_cumulative_probabilities),
         cmocka_unit_test(test_top_k_and_top_p_trim),
         cmocka_unit_test(test_frequencies_match_the_distribution),
+        cmocka_unit_test(test_no_candidate_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,3 +81,19 @@ grep -q 'gelu.thin: no execution tape: hidden_act is not "silu"' "$T/err" || exi
 "$R" "$T/s.thin" --device cuda --ids 1 -n 1 > "$T/out" 2> "$T/err"; got=$?
 if [ "$got" -ne 0 ]; then [ "$got" -eq 1 ] && grep -q "cuda" "$T/err" || exit 1; fi
 echo ok
+# weights that make the logits NaN (the final norm's weights NaN; thin-pack keeps what it is
+# given): sampling reports that it found no candidate instead of reading past its candidates
+if command -v python3 >/dev/null 2>&1; then
+    mkdir "$T/nan" && cp "$S"/*.json "$S/tok512.model" "$T/nan/" 2>/dev/null
+    python3 - "$S/model.safetensors" "$T/nan/model.safetensors" <<'PY' || exit 1
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+s, e = json.loads(b[8:8 + n])["model.norm.weight"]["data_offsets"]
+b[8 + n + s:8 + n + e] = struct.pack("<f", float("nan")) * ((e - s) // 4)
+open(sys.argv[2], "wb").write(b)
+PY
+    "$BIN/thin-pack" -q "$T/nan" -o "$T/nan.thin" || exit 1
+    expect 1 "$R" "$T/nan.thin" --device cpu -p "Once" -n 4 -t 0.8 --seed 1
+    grep -q "nan.thin: sampling found no candidate: the logits hold NaN or infinity" "$T/err" || { cat "$T/err"; exit 1; }
+fi

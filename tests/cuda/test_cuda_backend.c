@@ -272,9 +272,18 @@ static void free_model(model *m) {
 }
 
 /* max |a - b| / max |b| over n values, and the cosine of the centred vectors. */
+/* The largest difference of a from b relative to b's largest magnitude, and their centred cosine;
+ * a value of a that is not finite gives rel = infinity and cosc = -1, which every limit fails
+ * (fmax and fmin, which the callers fold these with, drop NaNs). */
 static void compare(const float *a, const float *b, size_t n, double *rel, double *cosc) {
     double ma = 0, mb = 0, num = 0, na = 0, nb = 0, mx = 0, md = 0;
-    for (size_t i = 0; i < n; i++) ma += a[i], mb += b[i];
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) {
+            *rel = INFINITY, *cosc = -1;
+            return;
+        }
+        ma += a[i], mb += b[i];
+    }
     ma /= (double)n, mb /= (double)n;
     for (size_t i = 0; i < n; i++) {
         double x = a[i] - ma, y = b[i] - mb;

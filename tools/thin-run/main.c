@@ -630,8 +630,9 @@ static int choose(run *r, sampler *s, gen *g, int32_t argmax, int32_t *next) {
             cli_error("%s: sampling failed: %s", r->be->name, r->be->error(r->sess));
             return -1;
         }
-    } else {
-        *next = sampler_sample(s, g->logits);
+    } else if ((*next = sampler_sample(s, g->logits)) < 0) {
+        cli_error("%s: sampling found no candidate: the logits hold NaN or infinity", r->o->model);
+        return -1;
     }
     return 0;
 }

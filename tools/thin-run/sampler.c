@@ -65,6 +65,7 @@ static uint32_t softmax_cands(sampler *s, const float *logits) {
 }
 
 int32_t sampler_draw(sampler_cand *c, uint32_t n, uint32_t top_k, float top_p, float coin) {
+    if (n == 0) return -1;
     if (top_k > 0 || top_p < 1.0f) qsort(c, n, sizeof *c, cand_cmp);
     if (top_k > 0 && top_k < n) n = top_k;
     double mass = 0.0;
@@ -82,6 +83,7 @@ int32_t sampler_draw(sampler_cand *c, uint32_t n, uint32_t top_k, float top_p, f
         n = keep;
         mass = cum;
     }
+    if (!(mass > 0.0) || !isfinite(mass)) return -1;
     double r = (double)coin * mass, cum = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         cum += c[i].p;

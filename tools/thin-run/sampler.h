@@ -43,13 +43,16 @@ float sampler_coin(sampler *s);
  * descending probability, equal probabilities by ascending id; then the top_k most likely are kept
  * (0 = all) and the smallest prefix whose mass reaches top_p. Without trimming they are used in the
  * order given, which must be ascending id for the same draw everywhere. `coin` in [0, 1) picks
- * over the cumulative mass of what is left. The CPU sampler and the CUDA backend both end here. */
+ * over the cumulative mass of what is left; -1 when there is none to pick (n = 0, or a mass that
+ * is not a positive finite number). The CPU sampler and the CUDA backend both end here. */
 int32_t sampler_draw(sampler_cand *c, uint32_t n, uint32_t top_k, float top_p, float coin);
 
-/* Picks a token from logits (vocab floats; not modified) using `coin` in [0, 1) as the draw. */
+/* Picks a token from logits (vocab floats; not modified) using `coin` in [0, 1) as the draw;
+ * -1 when sampling finds no candidate, which logits that hold a NaN or +infinity (or are all
+ * -infinity) give. Greedy takes the largest logit as it is. */
 int32_t sampler_pick(sampler *s, const float *logits, float coin);
 
-/* Picks a token, drawing the coin from the PRNG (greedy draws none). */
+/* Picks a token, drawing the coin from the PRNG (greedy draws none); -1 as sampler_pick. */
 int32_t sampler_sample(sampler *s, const float *logits);
 
 #ifdef __cplusplus
