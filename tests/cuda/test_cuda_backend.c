@@ -271,7 +271,6 @@ static void free_model(model *m) {
     for (int i = 0; i < m->n_mem; i++) free(m->mem[i]);
 }
 
-/* max |a - b| / max |b| over n values, and the cosine of the centred vectors. */
 /* The largest difference of a from b relative to b's largest magnitude, and their centred cosine;
  * a value of a that is not finite gives rel = infinity and cosc = -1, which every limit fails
  * (fmax and fmin, which the callers fold these with, drop NaNs). */
