@@ -46,6 +46,7 @@ struct cpu_session {
     float *moe_r, *moe_w, *moe_x, *moe_g, *moe_u, *moe_d, *moe_acc;
     uint32_t *moe_sel, *moe_rows;
     uint32_t last;     /* row of the last batch's last token (its logits: cpu_session_logits) */
+    int nonfinite;     /* the last forward failed: a row whose argmax was asked held NaN or inf */
     pool *pool;
 };
 
@@ -357,6 +358,7 @@ static void step(cpu_session *s, const int32_t *tokens, uint32_t nb, uint32_t po
 int cpu_session_forward(cpu_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
                         float *logits, int32_t *argmax) {
     uint32_t vocab = s->p->hp.vocab_size;
+    s->nonfinite = 0;
     if (pos > s->max_ctx || n > s->max_ctx - pos) return -1;
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= vocab) return -1;
@@ -368,11 +370,15 @@ int cpu_session_forward(cpu_session *s, const int32_t *tokens, uint32_t n, uint3
         for (uint32_t j = 0; j < nb; j++) {
             const float *out = row(s, s->p->logits_buf, j);
             if (logits) memcpy(logits + (size_t)(i + j) * vocab, out, (size_t)vocab * sizeof(float));
-            if (argmax) argmax[i + j] = (int32_t)op_argmax(out, vocab);
+            if (argmax) {
+                argmax[i + j] = (int32_t)op_argmax(out, vocab);
+                for (uint32_t k = 0; k < vocab; k++)
+                    if (!isfinite(out[k])) s->nonfinite = 1;
+            }
         }
         s->last = nb - 1;
     }
-    return 0;
+    return s->nonfinite ? -1 : 0;
 }
 
 const float *cpu_session_logits(const cpu_session *s) { return row(s, s->p->logits_buf, s->last); }
@@ -527,10 +533,12 @@ static int be_forward(void *sess, const int32_t *tokens, uint32_t n, uint32_t po
 
 static void be_free(void *sess) { cpu_session_free(sess); }
 
-/* The CPU session fails only on positions past its context or ids outside the vocabulary. */
+/* The CPU session fails on positions past its context, ids outside the vocabulary, or logits
+ * that are not finite where their argmax was asked (a greedy choice among NaNs). */
 static const char *be_error(void *sess) {
-    (void)sess;
-    return "positions past the context or a token id outside the vocabulary";
+    const cpu_session *s = sess;
+    return s && s->nonfinite ? "the logits hold NaN or infinity"
+                             : "positions past the context or a token id outside the vocabulary";
 }
 
 /* no prefill form: a batch's rows are already those of one token at a time, bit for bit */

@@ -541,7 +541,7 @@ static int prompt_ids(run *r, int32_t **ids, size_t *n) {
 typedef struct out_text {
     int json;        /* collect into buf instead of writing to stdout */
     char *buf;
-    size_t len, cap;
+    size_t len, cap; /* (len also counts what went to stdout) */
     int failed;
 } out_text;
 
@@ -549,6 +549,7 @@ static void text_out(void *user, const char *s, size_t n) {
     out_text *t = user;
     if (!t->json) {
         if (fwrite(s, 1, n, stdout) != n || fflush(stdout)) t->failed = 1;
+        t->len += n;
         return;
     }
     if (t->len + n + 1 > t->cap) {
@@ -627,7 +628,7 @@ static int choose(run *r, sampler *s, gen *g, int32_t argmax, int32_t *next) {
         *next = argmax;
     } else if (!g->logits) { /* the backend samples where the logits are */
         if (r->be->sample(r->sess, s->temperature, s->top_k, s->top_p, sampler_coin(s), next)) {
-            cli_error("%s: sampling failed: %s", r->be->name, r->be->error(r->sess));
+            cli_error("%s: %s: sampling failed: %s", r->o->model, r->be->name, r->be->error(r->sess));
             return -1;
         }
     } else if ((*next = sampler_sample(s, g->logits)) < 0) {
@@ -678,7 +679,7 @@ static int decode_loop(run *r, sampler *s, gen *g, tok_decoder *d, stop_filter *
         } else {
             rc = r->be->forward(r->sess, &next, 1, pos++, g->logits, &am);
         }
-        if (rc) return cli_error("%s: generation failed: %s", r->be->name, r->be->error(r->sess)), -1;
+        if (rc) return cli_error("%s: %s: generation failed: %s", r->o->model, r->be->name, r->be->error(r->sess)), -1;
         g->n_forward++;
     }
     g->decode_s = cli_now() - t0;
@@ -733,7 +734,7 @@ static int generate_text(run *r, gen *g, const int32_t *prompt) {
     int rc = CLI_EXIT_DATA;
     if (decode_prompt(r, &d, &sf, prompt, g->n_prompt)) cli_error("decoding failed");
     else if (prefill(r, prompt, g->n_prompt, g, &am))
-        cli_error("%s: running the prompt failed: %s", r->be->name, r->be->error(r->sess));
+        cli_error("%s: %s: running the prompt failed: %s", r->o->model, r->be->name, r->be->error(r->sess));
     else if (decode_loop(r, &s, g, &d, &sf, am) == 0) rc = 0;
     if (r->tk) {
         char tail[64];
@@ -741,7 +742,7 @@ static int generate_text(run *r, gen *g, const int32_t *prompt) {
         if (tok_decoder_flush(&d, tail, sizeof tail, &n) == 0 && n) stop_filter_push(&sf, tail, n);
     }
     stop_filter_finish(&sf);
-    if (!o->json && !t.failed) text_out(&t, "\n", 1);
+    if (!o->json && !t.failed && (rc == 0 || t.len)) text_out(&t, "\n", 1); /* no lone newline */
     if (t.failed) rc = CLI_EXIT_DATA, cli_error("writing the text failed");
     if (!rc && o->json) print_json(r, g, &t);
     free(t.buf);
@@ -786,7 +787,7 @@ static int score_rows(run *r, const int32_t *ids, size_t n, FILE *out, const cha
     for (size_t i = 0; i < n && !rc; i += batch) {
         uint32_t k = n - i < batch ? (uint32_t)(n - i) : batch;
         if (r->be->forward(r->sess, ids + i, k, (uint32_t)i, rows, NULL))
-            rc = CLI_EXIT_DATA, cli_error("%s: positions %zu..%zu failed: %s", r->be->name, i,
+            rc = CLI_EXIT_DATA, cli_error("%s: %s: positions %zu..%zu failed: %s", r->o->model, r->be->name, i,
                                           i + k - 1, r->be->error(r->sess));
         else if (fwrite(rows, sizeof *rows * vocab, k, out) != k)
             rc = CLI_EXIT_DATA, cli_error("%s: write failed", out_name);
