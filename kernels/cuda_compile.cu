@@ -255,7 +255,6 @@ static int fuse_mlp(cuda_session *s) {
     if (cuda_alloc(s, &s->d_mlpt, scratch) ||
         cuda_alloc(s, (void **)&s->d_mlpcnt, (size_t)s->n_steps * sizeof(unsigned long long)))
         return -1;
-    CK(s, cudaMemset(s->d_mlpt, 0, scratch)); /* the padding columns stay zero */
     CK(s, cudaMemset(s->d_mlpcnt, 0, (size_t)s->n_steps * sizeof(unsigned long long)));
     return 0;
 }

@@ -129,7 +129,6 @@ int transpose_weight(cuda_session *s, dmat *w) {
     const size_t bytes = (size_t)w->cols * tp * esz;
     void *dev;
     if (cuda_alloc(s, &dev, bytes)) return -1;
-    CK(s, cudaMemsetAsync(dev, 0, bytes, s->st));
     CK(s, launch_transpose(dev, tp, w->data, w->pitch, w->rows, w->cols, esz, s->st));
     CK(s, cudaStreamSynchronize(s->st));
     cuda_free_one(s, (void *)w->data);
