@@ -42,7 +42,8 @@ int show_tape(FILE *out, const json_t *manifest);
  *  "blobs": [{"name", "nbytes", "stored"}],
  *  "by_role": {role: {"tensors", "bytes", "share"}}, "by_dtype": {dtype: {...}}  (filtered;
  *  share = bytes / bytes of all tensors), "total_bytes", "verified": true|false|null}
- * With --tape, "tape" holds the whole tape section.
+ * With --tape, "tape" holds the whole tape section; with --stats each tensor entry holds "stats"
+ * (stats.h).
  */
 json_t *show_json(const show_file *sf, const show_filter *f, int with_tape);
 
