@@ -601,8 +601,12 @@ static int forward_chunk(cuda_session *s, const int32_t *tokens, uint32_t n, uin
         CK(s, cudaMemcpyAsync(logits, s->buf[lb] + (size_t)r0 * vocab, (size_t)(n - r0) * vocab * sizeof(float),
                               cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
-    if (argmax) memcpy(argmax, s->h_am, (n - r0) * sizeof(int32_t));
     s->last_row = n - 1;
+    if (argmax) {
+        memcpy(argmax, s->h_am, (n - r0) * sizeof(int32_t));
+        for (uint32_t i = 0; i < n - r0; i++)
+            if (argmax[i] < 0) return cuda_failf(s, "%s", NONFINITE_LOGITS);
+    }
     return 0;
 }
 
@@ -691,6 +695,7 @@ extern "C" int cuda_session_greedy(cuda_session *s, int32_t token, uint32_t pos,
     const int32_t id = ((volatile int32_t *)s->h_ring)[pos % DECODE_RING];
     if (id < 0 || (uint32_t)id >= s->p->hp.vocab_size) {
         s->ahead_valid = 0;
+        if (id == -1) return cuda_failf(s, "%s", NONFINITE_LOGITS);
         return cuda_failf(s, "internal: the decode step at position %u gave id %d", pos, id);
     }
     *next = s->last_next = id;
@@ -710,6 +715,7 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         CK(s, launch_argmax(s->d_argmax, row, vocab, vocab, 1, s->d_argpart, s->st));
         CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
+        if (s->h_am[0] < 0) return cuda_failf(s, "%s", NONFINITE_LOGITS);
         *token = s->h_am[0];
         return 0;
     }
@@ -726,13 +732,14 @@ extern "C" int cuda_session_sample(cuda_session *s, float temperature, uint32_t 
         CK(s, cudaMemcpyAsync(s->h_row, row, (size_t)vocab * sizeof(float), cudaMemcpyDeviceToHost, s->st));
         CK(s, cudaStreamSynchronize(s->st));
         *token = sampler_pick(&s->h_smp, s->h_row, coin);
-        if (*token < 0) return cuda_failf(s, "sampling found no candidate");
+        if (*token < 0) return cuda_failf(s, "sampling found no candidate: %s", NONFINITE_LOGITS);
         return 0;
     }
     CK(s, launch_sample(row, vocab, temperature, top_k, top_p, coin, s->d_samp, s->d_prob, s->d_argmax, s->st));
     CK(s, cudaMemcpyAsync(s->h_am, s->d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, s->st));
     CK(s, cudaStreamSynchronize(s->st));
-    if (s->h_am[0] < 0 || (uint32_t)s->h_am[0] >= vocab) return cuda_failf(s, "sampling found no candidate");
+    if (s->h_am[0] < 0 || (uint32_t)s->h_am[0] >= vocab)
+        return cuda_failf(s, "sampling found no candidate: %s", NONFINITE_LOGITS);
     *token = s->h_am[0];
     return 0;
 }

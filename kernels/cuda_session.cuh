@@ -194,6 +194,9 @@ static inline int two_decode_forms(const cuda_session *s) {
     return s->attn_short && s->attn_short < s->max_ctx;
 }
 
+/* The message of a greedy choice over logits holding NaN or an infinity (the CPU backend's). */
+#define NONFINITE_LOGITS "the logits hold NaN or infinity"
+
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e);
 int cuda_failf(cuda_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* cudaMalloc recorded for cuda_session_free. */

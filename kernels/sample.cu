@@ -1,6 +1,6 @@
 /*
- * sample.cu — choosing the next token on the device: row-wise argmax (lowest index wins ties) in
- * two passes, and sampling with temperature, top-k and top-p from one row, so that no row of
+ * sample.cu — choosing the next token on the device: row-wise argmax (lowest index wins ties; -1
+ * for a row holding NaN or an infinity, as the CPU backend refuses such a row) in two passes, and sampling with temperature, top-k and top-p from one row, so that no row of
  * logits crosses to the host, only the chosen id. CPU twins: op_argmax, sampler_pick.
  */
 #include "cuda_common.cuh"
@@ -40,50 +40,61 @@ __device__ void block_best(float &v, int &i) {
     }
 }
 
+/* A block's part of a row: its best (value, index), or index ARGMAX_NONFINITE when the part holds
+ * NaN or an infinity. */
+#define ARGMAX_NONFINITE (-2)
+
 __global__ void argmax_partial_kernel(const float *x, uint32_t ld, uint32_t cols, float2 *partial) {
     pdl_trigger();
     pdl_wait();
     const uint32_t row = blockIdx.y;
     const float *xr = x + (size_t)row * ld;
     float bv = -INFINITY;
-    int bi = -1;
+    int bi = -1, bad = 0;
     for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
         float v = xr[c];
+        bad |= !isfinite(v);
         if (bi < 0 || v > bv) { /* ascending c: the first of equal values stays */
             bv = v;
             bi = (int)c;
         }
     }
+    bad = __syncthreads_or(bad);
     block_best(bv, bi);
     if (threadIdx.x == 0)
-        partial[(size_t)row * gridDim.x + blockIdx.x] = make_float2(bv, __int_as_float(bi));
+        partial[(size_t)row * gridDim.x + blockIdx.x] =
+            make_float2(bv, __int_as_float(bad ? ARGMAX_NONFINITE : bi));
 }
 
 /* next: when not NULL (one row, the decode step), the chosen id also becomes the next step's input
- * (next[0] = *pos + 1, next[1] = id) and goes to ring[*pos % DECODE_RING] (host memory). */
+ * (next[0] = *pos + 1, next[1] = id) and goes to ring[*pos % DECODE_RING] (host memory). A row
+ * holding NaN or an infinity gives -1 in out and ring, and token 0 as the next step's input (a
+ * step queued ahead then runs on a valid token, and the host, seeing -1, drops it). */
 __global__ void argmax_final_kernel(int32_t *out, const float2 *partial, uint32_t parts, const int32_t *pos,
                                     int32_t *next, int32_t *ring) {
     pdl_trigger();
     pdl_wait();
     const uint32_t row = blockIdx.x;
     float bv = -INFINITY;
-    int bi = -1;
+    int bi = -1, bad = 0;
     for (uint32_t j = threadIdx.x; j < parts; j += blockDim.x) {
         float2 p = partial[(size_t)row * parts + j];
         int pi = __float_as_int(p.y);
+        bad |= pi == ARGMAX_NONFINITE;
         if (pi >= 0 && (bi < 0 || better(p.x, pi, bv, bi))) {
             bv = p.x;
             bi = pi;
         }
     }
+    bad = __syncthreads_or(bad);
     block_best(bv, bi);
     if (threadIdx.x == 0) {
-        const int32_t id = bi < 0 ? 0 : bi;
+        const int32_t id = bad ? -1 : bi < 0 ? 0 : bi;
         out[row] = id;
         if (next) {
             const int32_t p = *pos;
             next[0] = p + 1;
-            next[1] = id;
+            next[1] = id < 0 ? 0 : id;
             ring[(uint32_t)p % DECODE_RING] = id;
             __threadfence_system();
         }

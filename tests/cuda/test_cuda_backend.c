@@ -757,6 +757,57 @@ static void run_heads(const char *tag) {
 #undef CASE
 }
 
+/* Logits holding NaN (the final norm's weights NaN, as run_errors.sh's model): every greedy choice
+ * on the device fails with the CPU backend's message (a decode step, a step with another queued
+ * ahead, a prompt's last row, the temperature-0 draw), as does a draw at temperature 0.8; the
+ * logits themselves still come back, NaN. */
+static void run_nonfinite(const char *tag) {
+    if (pass_skipped(tag)) return;
+    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    KV = NKV * HD;
+    model m;
+    build(&m, THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16);
+    for (int i = m.p.n_ops - 1; i >= 0; i--)
+        if (m.ops[i].kind == PLAN_RMSNORM && m.ops[i].layer == -1) {
+            uint16_t *w = (uint16_t *)m.ops[i].w.data;
+            for (uint32_t c = 0; c < H; c++) w[c] = 0x7fc0; /* BF16 NaN */
+            break;
+        }
+    char err[512] = "", what[700];
+    cpu_session *cpu = NULL;
+    cuda_session *g = NULL;
+    if (cpu_session_create(&cpu, &m.p, CTX, 0, err, sizeof err) ||
+        cuda_session_create(&g, &m.p, CTX, err, sizeof err)) {
+        printf("FAIL  %snon-finite logits: session: %s\n", tag, err);
+        failures++;
+        cpu_session_free(cpu);
+        free_model(&m);
+        return;
+    }
+    int32_t toks[8] = {3, 17, 29, 5, 11, 2, 7, 13}, am[8], next = 0, tok = -7;
+    float *lg = malloc((size_t)V * sizeof(float));
+    const int cpu_rc = cpu_session_forward(cpu, toks, 1, 0, NULL, am);
+    struct { const char *what; int rc; } c[6];
+    c[0].what = "a decode step", c[0].rc = cuda_session_forward(g, toks, 1, 0, NULL, am);
+    c[1].what = "a prompt's last row", c[1].rc = cuda_session_prefill(g, toks, 8, 0, NULL, am);
+    c[2].what = "a greedy step, one queued ahead", c[2].rc = cuda_session_greedy(g, toks[0], 8, 1, &next);
+    c[3].what = "the next greedy step", c[3].rc = cuda_session_greedy(g, toks[1], 9, 0, &next);
+    c[4].what = "the draw at temperature 0", c[4].rc = cuda_session_sample(g, 0.0f, 0, 1.0f, 0.5f, &tok);
+    c[5].what = "a draw at temperature 0.8", c[5].rc = cuda_session_sample(g, 0.8f, 0, 0.95f, 0.5f, &tok);
+    for (int i = 0; i < 6; i++) {
+        const char *e = cuda_session_error(g);
+        snprintf(what, sizeof what, "%snon-finite logits, %s: refused (%s)", tag, c[i].what, e);
+        check(c[i].rc != 0 && strstr(e, "the logits hold NaN or infinity") != NULL, what, c[i].rc, -1);
+    }
+    const int logits_rc = cuda_session_forward(g, toks, 1, 10, lg, NULL);
+    snprintf(what, sizeof what, "%snon-finite logits: the row itself comes back, NaN; the CPU refuses too", tag);
+    check(logits_rc == 0 && isnan(lg[0]) && isnan(lg[V - 1]) && cpu_rc != 0, what, logits_rc, 0);
+    free(lg);
+    cuda_session_free(g);
+    cpu_session_free(cpu);
+    free_model(&m);
+}
+
 /* A context whose KV cache cannot fit the memory it may take (the GPU's free memory, here capped
  * by THIN_CUDA_KV_MEM) is refused when the session is created, with a context that would fit in
  * the message; allowed fewer positions, a session takes as many as fit and runs at its last. */
@@ -819,6 +870,7 @@ int main(void) {
     unsetenv("THIN_CUDA_MOE1");
     run_sampling("sampling: ");
     run_kv_fit("kv fit: ");
+    run_nonfinite("nonfinite: ");
     /* The same cases with the decode steps in the persistent kernel (BF16 and FP8 weights; the
      * others keep the per-op kernels). */
     setenv("THIN_CUDA_STREAM", "1", 1);
