@@ -21,6 +21,9 @@ $BIN/thin-inspect --verify "$W/stories.thin"
 step "thin-quant --profile quality (FP8 E4M3 gate/up, middle-layer down)"
 $BIN/thin-quant --profile quality "$W/stories.thin" -o "$W/stories-fp8.thin" 2>&1 | tail -n 1
 
+step "thin-inspect --stats --role gate: the FP8 weights' values, dequantized"
+$BIN/thin-inspect --stats --role gate "$W/stories-fp8.thin" | tail -n +3
+
 step "thin-run: greedy generation from F32"
 $BIN/thin-run "$W/stories.thin" -p "Once upon a time" --temperature 0 --max-tokens 120 --device cpu --echo
 
