@@ -200,9 +200,9 @@ check-cuda: all $(CUTESTS)
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                -D_GNU_SOURCE -Ilibthin -Itools/common -Ikernels -Itools/thin-pack -Itools/thin-run \
-               -Itools/thin-quant -pthread
+               -Itools/thin-quant -Itools/thin-inspect -pthread
 FUZZ_LIBSRC := $(LIB_SRC) $(COMMON_SRC) $(KERN_SRC) $(call tool_src,thin-pack) \
-               $(call tool_src,thin-run) $(call tool_src,thin-quant)
+               $(call tool_src,thin-run) $(call tool_src,thin-quant) $(call tool_src,thin-inspect)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
 # The library sources are compiled once (instrumented, without libFuzzer's main) for all targets.
 FUZZ_OBJ  := $(patsubst %.c,build-fuzz/obj/%.o,$(FUZZ_LIBSRC))

@@ -1,9 +1,9 @@
 /*
  * test_inspect_stats.c — thin-inspect --stats on a small file written with the libthin writer:
  * figures worked out by hand for FP8 weights whose row scales are positive, negative, zero, NaN
- * and infinite, BF16 with NaN and infinity, integers, FP8 without a scale and a tied entry; the
- * mapped file on several threads and the one-pass stream fed a few bytes at a time give the same
- * figures; a compressed file is sent to the stream path.
+ * and infinite, BF16 with NaN and infinity, integers, FP8 without a scale, a tensor of no elements
+ * and a tied entry; the mapped file on several threads and the one-pass stream fed a few bytes at
+ * a time give the same figures; a compressed file is sent to the stream path.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,6 +67,8 @@ static void write_file(const char *path, thin_codec codec)
     uint16_t bq[5];
     assert_int_equal(thin_convert(bq, THIN_DTYPE_BF16, bv, THIN_DTYPE_F32, 5), THIN_OK);
     add(w, "b", THIN_ROLE_EMBEDDING, THIN_DTYPE_BF16, 5, 0, NULL, bq);
+    static const float none[1] = {0};
+    add(w, "e", THIN_ROLE_OTHER, THIN_DTYPE_F32, 0, 4, NULL, none);  /* no elements */
     static const int32_t iv[4] = {-3, 7, 0, 2};
     add(w, "i", THIN_ROLE_OTHER, THIN_DTYPE_I32, 4, 0, NULL, iv);
     thin_tensor_desc t = {.name = "t", .role = THIN_ROLE_LM_HEAD, .layer = -1,
@@ -223,6 +225,9 @@ static void check_figures(const json_t *l)
     const json_t *i = stats_of(l, "i");
     assert_true(rval(i, "min") == -3 && rval(i, "max") == 7 && rval(i, "mean") == 1.5);
     assert_true(json_is_null(stats_of(l, "t")));
+    const json_t *e = stats_of(l, "e");
+    assert_int_equal(ival(e, "elements"), 0);
+    assert_true(json_is_null(json_object_get(e, "min")) && json_is_null(json_object_get(e, "rms")));
     const json_t *sc = stats_of(l, "w.scale");
     assert_true(rval(sc, "min") == -0.5 && rval(sc, "max") == 2);
 }

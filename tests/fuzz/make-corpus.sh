@@ -8,7 +8,7 @@ C=tests/fuzz/corpus
 W=$(mktemp -d "${TMPDIR:-/tmp}/thin-corpus.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 S=fixtures/stories260k
-for t in thin_open thin_stream safetensors arch tok_hf tok_gguf quant_input plan; do
+for t in thin_open thin_stream inspect_stats safetensors arch tok_hf tok_gguf quant_input plan; do
     rm -rf "$C/fuzz_$t"; mkdir -p "$C/fuzz_$t"
 done
 
@@ -22,6 +22,7 @@ cp "$W/fp8.thin" "$C/fuzz_thin_open/tiny-fp8.thin"
 cp "$W/f32.thin" "$C/fuzz_thin_stream/tiny-f32.thin"
 cp "$W/zstd.thin" "$C/fuzz_thin_stream/tiny-zstd.thin"
 cp "$W/f32.thin" "$C/fuzz_quant_input/tiny-f32.thin"
+for v in f32 zstd fp8; do cp "$W/$v.thin" "$C/fuzz_inspect_stats/tiny-$v.thin"; done
 
 cp "$W/fp8.thin" "$C/fuzz_plan/tiny-fp8.thin"
 # the family fixtures' tapes: bias ops (Qwen2), row ranges of fused weights (Phi-3), Gemma 3's
