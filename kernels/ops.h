@@ -136,8 +136,9 @@ void op_add(float *x, const float *h, uint64_t n);
 /* x[i] += b[i], b a vector (1 × n) of any weight dtype but FP8: a projection's bias. */
 void op_add_bias(float *x, const thin_wmat *b, uint64_t n);
 
-/* Index of the largest value (lowest index wins ties). */
-uint64_t op_argmax(const float *x, uint64_t n);
+/* Index of the largest value (lowest index wins ties); -1 when x holds NaN or an infinity (the
+ * GPU's argmax kernels flag such a row alike). */
+int64_t op_argmax(const float *x, uint64_t n);
 
 #ifdef __cplusplus
 }

@@ -658,9 +658,12 @@ void op_add_bias(float *x, const thin_wmat *b, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) x[i] += thin_wmat_get(b, 0, i);
 }
 
-uint64_t op_argmax(const float *x, uint64_t n) {
+int64_t op_argmax(const float *x, uint64_t n) {
     uint64_t best = 0;
-    for (uint64_t i = 1; i < n; i++)
+    int bad = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        bad |= !isfinite(x[i]);
         if (x[i] > x[best]) best = i;
-    return best;
+    }
+    return bad ? -1 : (int64_t)best;
 }

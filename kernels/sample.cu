@@ -1,7 +1,8 @@
 /*
  * sample.cu — choosing the next token on the device: row-wise argmax (lowest index wins ties; -1
- * for a row holding NaN or an infinity, as the CPU backend refuses such a row) in two passes, and sampling with temperature, top-k and top-p from one row, so that no row of
- * logits crosses to the host, only the chosen id. CPU twins: op_argmax, sampler_pick.
+ * for a row holding NaN or an infinity) in two passes, and sampling with temperature, top-k and
+ * top-p from one row, so that no row of logits crosses to the host, only the chosen id. CPU
+ * twins: op_argmax, sampler_pick.
  */
 #include "cuda_common.cuh"
 

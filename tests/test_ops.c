@@ -368,6 +368,10 @@ static void test_elementwise_and_argmax(void **state) {
     assert_float_equal(x[0], 6.0f, 0);
     float t[5] = {1, 7, 3, 7, 7};
     assert_int_equal(op_argmax(t, 5), 1);
+    t[4] = NAN;
+    assert_int_equal(op_argmax(t, 5), -1);
+    t[4] = 7, t[0] = -INFINITY;
+    assert_int_equal(op_argmax(t, 5), -1);
     float emb[6] = {1, 2, 3, 4, 5, 6}, o[3];
     thin_wmat E = {emb, THIN_DTYPE_F32, NULL, 2, 3};
     op_embed(o, &E, 1);

@@ -370,11 +370,7 @@ int cpu_session_forward(cpu_session *s, const int32_t *tokens, uint32_t n, uint3
         for (uint32_t j = 0; j < nb; j++) {
             const float *out = row(s, s->p->logits_buf, j);
             if (logits) memcpy(logits + (size_t)(i + j) * vocab, out, (size_t)vocab * sizeof(float));
-            if (argmax) {
-                argmax[i + j] = (int32_t)op_argmax(out, vocab);
-                for (uint32_t k = 0; k < vocab; k++)
-                    if (!isfinite(out[k])) s->nonfinite = 1;
-            }
+            if (argmax && (argmax[i + j] = (int32_t)op_argmax(out, vocab)) < 0) s->nonfinite = 1;
         }
         s->last = nb - 1;
     }

@@ -19,7 +19,8 @@ int cpu_session_create(cpu_session **s, const plan *p, uint32_t max_ctx, unsigne
                        char *err, size_t errlen);
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (each token in [0, vocab), pos + n <= max_ctx).
- * logits: n × vocab floats or NULL; argmax: n ids (lowest index wins ties) or NULL.
+ * logits: n × vocab floats or NULL; argmax: n ids (lowest index wins ties; -1 for a row holding
+ * NaN or infinity) or NULL.
  * Returns 0, or -1 on a bad token or position, or when argmax was asked and a row's logits hold
  * NaN or infinity (the rows are still run and written). */
 int cpu_session_forward(cpu_session *s, const int32_t *tokens, uint32_t n, uint32_t pos,
