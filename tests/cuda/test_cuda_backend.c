@@ -76,6 +76,12 @@ static float rope_tab[128];
 /* When set, the rope ops rotate only the first rope_rd dims of each head (partial rotary). */
 static uint32_t rope_rd;
 
+/* The standard cases' shapes: hidden 256, 8 query heads and 2 KV heads of 32, FFN 688, vocab 1000. */
+static void standard_shapes(void) {
+    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    KV = NKV * HD;
+}
+
 static void check(int ok, const char *what, double got, double limit) {
     printf("%s  %-58s %.3g (limit %.3g)\n", ok ? "ok  " : "FAIL", what, got, limit);
     if (!ok) failures++;
@@ -534,7 +540,7 @@ static int pass_skipped(const char *tag) {
 static void run_all(const char *tag) {
     if (pass_skipped(tag)) return;
     char lab[160];
-    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    standard_shapes();
     CASE("F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     CASE("BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
     CASE("BF16+FP8 ffn, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_F8_E4M3, THIN_DTYPE_BF16, 2e-3, 4e-2);
@@ -664,7 +670,7 @@ static void run_all(const char *tag) {
 static void run_moe(const char *tag) {
     if (pass_skipped(tag)) return;
     char lab[160];
-    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
+    standard_shapes();
     moe_e = 8, moe_k = 2;
     CASE("top 2 of 8 experts, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     moe_shared = 1;
@@ -763,8 +769,7 @@ static void run_heads(const char *tag) {
  * logits themselves still come back, NaN. */
 static void run_nonfinite(const char *tag) {
     if (pass_skipped(tag)) return;
-    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
-    KV = NKV * HD;
+    standard_shapes();
     model m;
     build(&m, THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16);
     for (int i = m.p.n_ops - 1; i >= 0; i--)
@@ -813,8 +818,7 @@ static void run_nonfinite(const char *tag) {
  * the message; allowed fewer positions, a session takes as many as fit and runs at its last. */
 static void run_kv_fit(const char *tag) {
     if (pass_skipped(tag)) return;
-    H = 256, NH = 8, NKV = 2, HD = 32, I = 688, V = 1000;
-    KV = NKV * HD;
+    standard_shapes();
     model m;
     build(&m, THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_F32);
     m.p.hp.max_pos = 0; /* no model limit: the memory check alone decides */

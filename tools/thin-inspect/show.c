@@ -33,13 +33,18 @@ static uint64_t stored_of(const json_t *t)
     return s;
 }
 
+int show_match_fields(const show_filter *f, const char *role, long long layer, const char *dtype)
+{
+    if (f->role && strcmp(role, f->role) != 0)
+        return 0;
+    if (f->layer != -2 && layer != f->layer)
+        return 0;
+    return !f->dtype || strcasecmp(dtype, f->dtype) == 0;
+}
+
 int show_match(const show_filter *f, const json_t *t)
 {
-    if (f->role && strcmp(str(t, "role", "other"), f->role) != 0)
-        return 0;
-    if (f->layer != -2 && layer_of(t) != f->layer)
-        return 0;
-    return !f->dtype || strcasecmp(str(t, "dtype", ""), f->dtype) == 0;
+    return show_match_fields(f, str(t, "role", "other"), layer_of(t), str(t, "dtype", ""));
 }
 
 static void shape_text(const json_t *t, char *buf, size_t cap)

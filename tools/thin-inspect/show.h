@@ -23,6 +23,9 @@ typedef struct show_file {
     int verified;       /* -1 not asked, 1 all checks passed */
 } show_file;
 
+/* 1 when a tensor of that role, layer (-1: none) and dtype (names as the manifest writes them)
+ * passes the filter. */
+int show_match_fields(const show_filter *f, const char *role, long long layer, const char *dtype);
 /* 1 when tensor entry t passes the filter. */
 int show_match(const show_filter *f, const json_t *t);
 

@@ -65,11 +65,7 @@ void stats_free(stats_set *s)
 
 int stats_match(const show_filter *f, const thin_tensor_info *t)
 {
-    if (f->role && strcmp(thin_role_name(t->role), f->role) != 0)
-        return 0;
-    if (f->layer != -2 && t->layer != f->layer)
-        return 0;
-    return !f->dtype || t->dtype == thin_dtype_from_name(f->dtype);
+    return show_match_fields(f, thin_role_name(t->role), t->layer, thin_dtype_name(t->dtype));
 }
 
 static int is_fp8(thin_dtype d) { return d == THIN_DTYPE_F8_E4M3 || d == THIN_DTYPE_F8_E5M2; }
