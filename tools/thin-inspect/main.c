@@ -132,21 +132,18 @@ static int report(const opts *o, show_file *sf, const stats_set *st)
         }
         fputc('\n', stdout);
         json_decref(j);
-        return st && stats_report_nonfinite(st, sf, &o->filter) ? CLI_EXIT_DATA : CLI_EXIT_OK;
-    }
-    if (st) {
+    } else if (st) {
         stats_text(stdout, st, sf, &o->filter);
-        return stats_report_nonfinite(st, sf, &o->filter) ? CLI_EXIT_DATA : CLI_EXIT_OK;
-    }
-    if (o->tape) {
+    } else if (o->tape) {
         if (show_tape(stdout, sf->manifest)) {
             cli_error("%s: no execution tape", sf->label);
             return CLI_EXIT_DATA;
         }
-        return CLI_EXIT_OK;
+    } else {
+        show_text(stdout, sf, &o->filter);
     }
-    show_text(stdout, sf, &o->filter);
-    return CLI_EXIT_OK;
+    /* --stats: a tensor holding NaN or infinite values is bad data, after the listing */
+    return st && stats_report_nonfinite(st, sf, &o->filter) ? CLI_EXIT_DATA : CLI_EXIT_OK;
 }
 
 static json_t *parse_manifest(const char *label, const char *text, size_t len)
