@@ -292,6 +292,9 @@ extern int thin_cuda_mv_single;
 extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
 /* THIN_CUDA_MV_SLIM=1: q/k/v (row pairs with the rope) in 8-warp blocks within 64 registers. */
 extern int thin_cuda_mv_slim;
+/* THIN_CUDA_MV_SMEM=1[,NS]: q/k/v (row pairs with the rope) copied whole into shared memory as each
+ * block starts (NS ns after it), one block per SM; see matvec_smem_kernel. */
+extern int thin_cuda_mv_smem, thin_cuda_mv_smem_ns;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];

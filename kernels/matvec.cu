@@ -162,6 +162,110 @@ __global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, ui
     matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
 }
 
+/* q/k/v from shared memory (THIN_CUDA_MV_SMEM=1[,NS]; launched for the rope pairs only): one block
+ * of 8 warps per SM within 64 registers (it fits beside a slim MLP block, whose kernel runs
+ * before it) takes a contiguous range of `upb` units and copies all their rows into shared memory
+ * with bulk asynchronous copies (one mbarrier per warp) as it starts, NS ns after its start when
+ * NS is given, long before its wait for the previous kernel returns. After the wait only x is
+ * read from global memory; the dot products run from shared memory in the per-op kernel's order
+ * of vectors per lane, so the sums are those of matvec_body. Dynamic shared memory: the rows
+ * (upb x 2 rows), x (pitch floats), each unit's rotation and epilogue operands. */
+template <int DT, int NW, bool BIAS>
+__global__ void THIN_MAXNREG(NW * 32, 64)
+    matvec_smem_kernel(const mv_args a, uint32_t total, uint32_t upb, uint32_t delay_ns) {
+    extern __shared__ __align__(16) uint8_t smb[];
+    __shared__ float red[32];
+    __shared__ uint64_t bar[NW];
+    pdl_trigger();
+    ktrace kt;
+    kt.start();
+    const uint32_t nvec = a.seg[0].w.pitch / vec_of<DT>::epv, rowb = nvec * 16;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const uint32_t u0 = blockIdx.x * upb;
+    const uint32_t nu = u0 < total ? min(upb, total - u0) : 0;
+    uint8_t *wrows = smb;
+    float *xs = (float *)(smb + (size_t)upb * 2 * rowb);
+    float2 *rots = (float2 *)(xs + a.seg[0].w.pitch);
+    mv_epi<2> *epis = (mv_epi<2> *)(rots + upb);
+    const bool has = (uint32_t)wi < nu;
+    if (lane == 0 && has) {
+        mbar_init(&bar[wi], 1);
+        mbar_init_fence();
+        uint32_t bytes = 0;
+        for (uint32_t j = wi; j < nu; j += NW) bytes += 2 * rowb;
+        if (delay_ns) {
+            const unsigned long long t0 = gtimer();
+            while (gtimer() - t0 < delay_ns) __nanosleep(200);
+        }
+        const uint64_t pol = evict_first_policy();
+        mbar_expect_tx(&bar[wi], bytes);
+        for (uint32_t j = wi; j < nu; j += NW) {
+            const uint4 *rows[2];
+            int seg;
+            uint32_t rr;
+            rows_of<2>(a, u0 + j, rows, &seg, &rr);
+            bulk_load(wrows + (size_t)j * 2 * rowb, rows[0], rowb, &bar[wi], pol);
+            bulk_load(wrows + (size_t)j * 2 * rowb + rowb, rows[1], rowb, &bar[wi], pol);
+        }
+        for (uint32_t j = wi; j < nu; j += NW) {
+            const uint4 *rows[2];
+            int seg;
+            uint32_t rr;
+            rows_of<2>(a, u0 + j, rows, &seg, &rr);
+            rots[j] = rope_rot(a, seg, rr);
+            epi_weights<DT, 2>(a, seg, rr, epis[j]);
+        }
+    }
+    kt.mark(0); /* the prologue's end: rows requested, the rotations computed */
+    wait_and_stage<DT>(xs, a, red, kt);
+    if (has) mbar_wait(&bar[wi], 0);
+    const uint32_t ps = nvec * 4;
+    for (uint32_t j = wi; j < nu; j += NW) {
+        const uint4 *r0 = (const uint4 *)(wrows + (size_t)j * 2 * rowb), *r1 = r0 + nvec;
+        float acc[2] = {0.0f, 0.0f};
+#pragma unroll 4
+        for (uint32_t v = lane; v < nvec; v += 32) {
+            acc[0] += dot16<DT>(r0[v], xs + 4 * v, ps);
+            acc[1] += dot16<DT>(r1[v], xs + 4 * v, ps);
+        }
+        acc[0] = warp_sum(acc[0]);
+        acc[1] = warp_sum(acc[1]);
+        if (lane == 0) {
+            const uint4 *rows[2];
+            int seg;
+            uint32_t rr;
+            rows_of<2>(a, u0 + j, rows, &seg, &rr);
+            store_row<DT, 2, BIAS>(a, seg, rr, acc, rots[j], epis[j]);
+        }
+    }
+    if (lane == 0) kt.end(TRACE_MV | total << 8, 2);
+}
+
+/* Launches matvec_smem_kernel for rope pairs (total units), or returns cudaErrorNotSupported
+ * when a block's rows do not fit in shared memory (the caller then takes the per-op kernel). */
+template <int DT, bool BIAS>
+static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
+    constexpr int NW = MV_WARPS;
+    uint32_t total = 0;
+    for (int s = 0; s < a->nseg; s++) total += a->seg[s].w.rows / 2;
+    if (total == 0 || n_sm < 1) return cudaErrorNotSupported;
+    const uint32_t upb = (total + (uint32_t)n_sm - 1) / (uint32_t)n_sm;
+    const uint32_t blocks = (total + upb - 1) / upb;
+    const size_t rowb = (size_t)a->seg[0].w.pitch / vec_of<DT>::epv * 16;
+    const size_t smem = (size_t)upb * 2 * rowb + (size_t)a->seg[0].w.pitch * sizeof(float) +
+                        (size_t)upb * (sizeof(float2) + sizeof(mv_epi<2>));
+    int dev = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return e;
+    if (smem + 1024 > (size_t)optin) return cudaErrorNotSupported;
+    void (*kern)(const mv_args, uint32_t, uint32_t, uint32_t) = matvec_smem_kernel<DT, NW, BIAS>;
+    e = smem_attr(kern, smem, 1024);
+    if (e != cudaSuccess) return e;
+    return launch_k(kern, dim3(blocks), dim3(NW * 32), smem, st, *a, total, upb,
+                    (uint32_t)thin_cuda_mv_smem_ns);
+}
+
 template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     uint32_t total = 0;
@@ -213,6 +317,10 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
         if (thin_cuda_mv_pipe && single && a->seg[0].w.pitch / vec_of<DT>::epv > 32 * MV_UNROLL)
             return launch_v<DT, 1, 1>(a, n_sm, st);
         if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
+    }
+    if (thin_cuda_mv_smem && a->rope) {
+        const cudaError_t e = launch_smem<DT, BIAS>(a, n_sm, st);
+        if (e != cudaErrorNotSupported) return e;
     }
     if (thin_cuda_mv_slim && a->rope) return launch_v<DT, 1, 0, MV_WARPS, BIAS, true>(a, n_sm, st);
     int minb = thin_cuda_mv_minb > 0 ? thin_cuda_mv_minb : DT == THIN_DTYPE_F8_E4M3 ? 3 : 1;

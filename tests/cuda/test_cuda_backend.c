@@ -922,6 +922,15 @@ int main(void) {
         unsetenv("THIN_CUDA_MV_SLIM");
     }
     unsetenv("THIN_CUDA_MLP_SLIM");
+    /* q/k/v copied whole into shared memory as each block starts (opt-in), at once and 2 us
+     * after the block's start */
+    static const char *const smem[] = {"1", "1,2000"};
+    for (int i = 0; i < 2; i++) {
+        setenv("THIN_CUDA_MV_SMEM", smem[i], 1);
+        snprintf(tag, sizeof tag, "q/k/v from shared memory (%s): ", smem[i]);
+        run_all(tag);
+    }
+    unsetenv("THIN_CUDA_MV_SMEM");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
