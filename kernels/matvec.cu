@@ -169,7 +169,14 @@ __global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, ui
  * NS is given, long before its wait for the previous kernel returns. After the wait only x is
  * read from global memory; the dot products run from shared memory in the per-op kernel's order
  * of vectors per lane, so the sums are those of matvec_body. Dynamic shared memory: the rows
- * (upb x 2 rows), x (pitch floats), each unit's rotation and epilogue operands. */
+ * (upb x 2 rows), x (pitch floats), each unit's mvs_unit. */
+struct mvs_unit { /* a unit's segment and row (rows_of), rotation and epilogue operands */
+    int seg;
+    uint32_t rr;
+    float2 rot;
+    mv_epi<2> e;
+};
+
 template <int DT, int NW, bool BIAS>
 __global__ void THIN_MAXNREG(NW * 32, 64)
     matvec_smem_kernel(const mv_args a, uint32_t total, uint32_t upb, uint32_t delay_ns) {
@@ -185,8 +192,7 @@ __global__ void THIN_MAXNREG(NW * 32, 64)
     const uint32_t nu = u0 < total ? min(upb, total - u0) : 0;
     uint8_t *wrows = smb;
     float *xs = (float *)(smb + (size_t)upb * 2 * rowb);
-    float2 *rots = (float2 *)(xs + a.seg[0].w.pitch);
-    mv_epi<2> *epis = (mv_epi<2> *)(rots + upb);
+    mvs_unit *units = (mvs_unit *)(xs + a.seg[0].w.pitch);
     const bool has = (uint32_t)wi < nu;
     if (lane == 0 && has) {
         mbar_init(&bar[wi], 1);
@@ -201,19 +207,15 @@ __global__ void THIN_MAXNREG(NW * 32, 64)
         mbar_expect_tx(&bar[wi], bytes);
         for (uint32_t j = wi; j < nu; j += NW) {
             const uint4 *rows[2];
-            int seg;
-            uint32_t rr;
-            rows_of<2>(a, u0 + j, rows, &seg, &rr);
+            rows_of<2>(a, u0 + j, rows, &units[j].seg, &units[j].rr);
             bulk_load(wrows + (size_t)j * 2 * rowb, rows[0], rowb, &bar[wi], pol);
             bulk_load(wrows + (size_t)j * 2 * rowb + rowb, rows[1], rowb, &bar[wi], pol);
         }
+        /* the rotations' sincos once every copy is on its way */
         for (uint32_t j = wi; j < nu; j += NW) {
-            const uint4 *rows[2];
-            int seg;
-            uint32_t rr;
-            rows_of<2>(a, u0 + j, rows, &seg, &rr);
-            rots[j] = rope_rot(a, seg, rr);
-            epi_weights<DT, 2>(a, seg, rr, epis[j]);
+            mvs_unit &u = units[j];
+            u.rot = rope_rot(a, u.seg, u.rr);
+            epi_weights<DT, 2>(a, u.seg, u.rr, u.e);
         }
     }
     kt.mark(0); /* the prologue's end: rows requested, the rotations computed */
@@ -230,30 +232,31 @@ __global__ void THIN_MAXNREG(NW * 32, 64)
         }
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
-        if (lane == 0) {
-            const uint4 *rows[2];
-            int seg;
-            uint32_t rr;
-            rows_of<2>(a, u0 + j, rows, &seg, &rr);
-            store_row<DT, 2, BIAS>(a, seg, rr, acc, rots[j], epis[j]);
-        }
+        if (lane == 0) store_row<DT, 2, BIAS>(a, units[j].seg, units[j].rr, acc, units[j].rot, units[j].e);
     }
     if (lane == 0) kt.end(TRACE_MV | total << 8, 2);
 }
 
 /* Launches matvec_smem_kernel for rope pairs (total units), or returns cudaErrorNotSupported
  * when a block's rows do not fit in shared memory (the caller then takes the per-op kernel). */
+/* The launch's units: rows, row pairs (gate/up pairs, rope pairs) or dual units. */
+static uint32_t mv_units(const mv_args *a) {
+    if (a->dual) return dual_half(*a);
+    uint32_t total = 0;
+    for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
+    return total;
+}
+
 template <int DT, bool BIAS>
 static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
     constexpr int NW = MV_WARPS;
-    uint32_t total = 0;
-    for (int s = 0; s < a->nseg; s++) total += a->seg[s].w.rows / 2;
+    const uint32_t total = mv_units(a);
     if (total == 0 || n_sm < 1) return cudaErrorNotSupported;
     const uint32_t upb = (total + (uint32_t)n_sm - 1) / (uint32_t)n_sm;
     const uint32_t blocks = (total + upb - 1) / upb;
     const size_t rowb = (size_t)a->seg[0].w.pitch / vec_of<DT>::epv * 16;
     const size_t smem = (size_t)upb * 2 * rowb + (size_t)a->seg[0].w.pitch * sizeof(float) +
-                        (size_t)upb * (sizeof(float2) + sizeof(mv_epi<2>));
+                        (size_t)upb * sizeof(mvs_unit);
     int dev = 0, optin = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
@@ -268,9 +271,7 @@ static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
 
 template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
-    uint32_t total = 0;
-    for (int s = 0; s < (a->pair ? 1 : a->nseg); s++) total += a->seg[s].w.rows / (a->rope ? 2 : 1);
-    if (a->dual) total = dual_half(*a);
+    const uint32_t total = mv_units(a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     void (*kern)(const mv_args, uint32_t);
     if constexpr (SLIM) kern = matvec_slim_kernel<DT, NW, BIAS>;
