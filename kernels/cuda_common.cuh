@@ -293,7 +293,8 @@ extern int thin_cuda_mv_dual, thin_cuda_mv_warps;
 /* THIN_CUDA_MV_SLIM=1: q/k/v (row pairs with the rope) in 8-warp blocks within 64 registers. */
 extern int thin_cuda_mv_slim;
 /* THIN_CUDA_MV_SMEM=1[,NS]: q/k/v (row pairs with the rope) copied whole into shared memory as each
- * block starts (NS ns after it), one block per SM; see matvec_smem_kernel. */
+ * block starts (NS ns after it), one block per SM; see matvec_smem_kernel. 0: never; unset (-1):
+ * after an MLP kernel with FP8 gate/up (cuda_exec.cu's qkv_smem). */
 extern int thin_cuda_mv_smem, thin_cuda_mv_smem_ns;
 
 static inline void set_carveout(const void *k) {
@@ -495,6 +496,8 @@ struct mv_args {
     const int32_t *pos;  /* rope: device position of the token */
     uint32_t x4;         /* per-op matvec: x staged with 16-byte loads when longer than this (0: never) */
     int warps;           /* rope and dual: warps per block, 8 or 12 (0: 12) */
+    int smem;            /* rope: rows copied into shared memory (matvec_smem_kernel) where they
+                          * fit; set by the caller (THIN_CUDA_MV_SMEM, see cuda_exec.cu) */
     /* per segment: w.rows elements of bias_dtype added to the products before the rope (Qwen2's
      * q, k, v biases), or NULL; kept last and run by kernels of their own (launch_matvec), so
      * that the kernels of models without them compile as they would without this */
@@ -502,6 +505,9 @@ struct mv_args {
     int bias_dtype[3];
 };
 cudaError_t launch_matvec(const mv_args *a, int n_sm, cudaStream_t st);
+/* Whether launch_matvec takes a's rows from shared memory (a->smem set and the rows of a block
+ * fit the device's opt-in shared memory); 0 also when the device cannot be asked. */
+int matvec_smem_taken(const mv_args *a, int n_sm);
 
 /* The decode step's MLP for one token in one kernel (mlp.cu): resid += down(silu(gate x') * up x'),
  * x' the fused RMSNorm of mv.x. mv: the gate/up pair's matvec arguments (its outputs unused);
@@ -515,6 +521,8 @@ struct mlp_args {
     uint32_t units;      /* set by the launcher: intermediate units per block */
     uint32_t tpr;        /* set by the launcher: threads per transposed down row (a power of two) */
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
+    int next_smem;       /* the q/k/v launch after it takes its rows from shared memory: FP8
+                          * gate/up then run in the slim block, which leaves room beside it */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down

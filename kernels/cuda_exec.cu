@@ -51,12 +51,29 @@ static void rope_epilogue(const cuda_session *s, const step *st, mv_args *a) {
     a->seg[2].cache = s->op_vc[at->op];
 }
 
+/* The gate/up dtype of the last MLP kernel before step st, or -1 when none runs before it. */
+static int mlp_dtype_before(const cuda_session *s, const step *st) {
+    for (const step *b = st - 1; b >= s->steps; b--)
+        if (b->mlp) return (int)s->w[s->op_w[b->lin[0]]].dtype;
+    return -1;
+}
+
 /* Warps per block of the q/k/v matvec at step st: 8 after an MLP kernel with FP8 gate/up (one
  * block of 24 warps per SM), 12 otherwise (H200, SmolLM3-3B: see matvec.cu's launch_dt). */
 static int qkv_warps(const cuda_session *s, const step *st) {
-    for (const step *b = st - 1; b >= s->steps; b--)
-        if (b->mlp) return s->w[s->op_w[b->lin[0]]].dtype == THIN_DTYPE_F8_E4M3 ? 8 : 12;
-    return 12;
+    return mlp_dtype_before(s, st) == THIN_DTYPE_F8_E4M3 ? 8 : 12;
+}
+
+/* Whether the q/k/v matvec at step st copies its rows into shared memory as its blocks start
+ * (matvec_smem_kernel, where they fit): THIN_CUDA_MV_SMEM=1 always, =0 never, by default after
+ * an MLP kernel with FP8 gate/up, which then runs in its slim block so that these blocks start
+ * beside it (run_mlp). After a BF16 MLP the rows' bytes, streamed during the MLP, lengthen it by
+ * as much as they shorten the q/k/v step (an H100 with SmolLM3-3B BF16: 407.7 against 412.4
+ * tokens/s; quality FP8, with the slim MLP block: 594.8 and 594.6 against 583.1 and 582.5;
+ * bench/decode-variants.sh, bench/results/decode-notes.md's twenty-second round). */
+static int qkv_smem(const cuda_session *s, const step *st) {
+    if (thin_cuda_mv_smem >= 0) return thin_cuda_mv_smem > 0;
+    return mlp_dtype_before(s, st) == THIN_DTYPE_F8_E4M3;
 }
 
 void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv_args *a) {
@@ -89,6 +106,7 @@ void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv
     if (fuse && st->attn_step >= 0) {
         rope_epilogue(s, st, a);
         a->warps = qkv_warps(s, st);
+        a->smem = qkv_smem(s, st);
     }
 }
 
@@ -223,6 +241,15 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
     m.down = s->w[s->op_w[dn->lin[0]]];
     m.resid = row_of(s, s->p->ops[dn->add_op].out, 0);
     m.count = s->d_mlpcnt + (st - s->steps);
+    for (const step *q = dn + 1; q < s->steps + s->n_steps; q++)
+        if (q->attn_step >= 0 || q->mlp) { /* the next layer's q/k/v, as the decode runs it */
+            if (q->attn_step >= 0 && !(q->qao && s->short_now)) {
+                mv_args a;
+                linear_args(s, q, 0, 1, &a);
+                m.next_smem = matvec_smem_taken(&a, s->n_sm);
+            }
+            break;
+        }
     CK(s, launch_mlp(&m, s->n_sm, s->st));
     return 0;
 }

@@ -237,8 +237,6 @@ __global__ void THIN_MAXNREG(NW * 32, 64)
     if (lane == 0) kt.end(TRACE_MV | total << 8, 2);
 }
 
-/* Launches matvec_smem_kernel for rope pairs (total units), or returns cudaErrorNotSupported
- * when a block's rows do not fit in shared memory (the caller then takes the per-op kernel). */
 /* The launch's units: rows, row pairs (gate/up pairs, rope pairs) or dual units. */
 static uint32_t mv_units(const mv_args *a) {
     if (a->dual) return dual_half(*a);
@@ -247,21 +245,39 @@ static uint32_t mv_units(const mv_args *a) {
     return total;
 }
 
-template <int DT, bool BIAS>
-static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
-    constexpr int NW = MV_WARPS;
+/* matvec_smem_kernel's geometry for rope pairs a: units per block and the shared memory of a
+ * block; cudaErrorNotSupported when they do not fit the device's opt-in shared memory. */
+static cudaError_t smem_geometry(const mv_args *a, int n_sm, uint32_t *upb, size_t *smem) {
     const uint32_t total = mv_units(a);
-    if (total == 0 || n_sm < 1) return cudaErrorNotSupported;
-    const uint32_t upb = (total + (uint32_t)n_sm - 1) / (uint32_t)n_sm;
-    const uint32_t blocks = (total + upb - 1) / upb;
-    const size_t rowb = (size_t)a->seg[0].w.pitch / vec_of<DT>::epv * 16;
-    const size_t smem = (size_t)upb * 2 * rowb + (size_t)a->seg[0].w.pitch * sizeof(float) +
-                        (size_t)upb * sizeof(mvs_unit);
+    if (!a->rope || total == 0 || n_sm < 1) return cudaErrorNotSupported;
+    *upb = (total + (uint32_t)n_sm - 1) / (uint32_t)n_sm;
+    const size_t rowb = (size_t)a->seg[0].w.pitch * thin_dtype_size((thin_dtype)a->seg[0].w.dtype);
+    *smem = (size_t)*upb * 2 * rowb + (size_t)a->seg[0].w.pitch * sizeof(float) +
+            (size_t)*upb * sizeof(mvs_unit);
     int dev = 0, optin = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (e != cudaSuccess) return e;
-    if (smem + 1024 > (size_t)optin) return cudaErrorNotSupported;
+    return *smem + 1024 > (size_t)optin ? cudaErrorNotSupported : cudaSuccess;
+}
+
+int matvec_smem_taken(const mv_args *a, int n_sm) {
+    uint32_t upb;
+    size_t smem;
+    return a->smem && smem_geometry(a, n_sm, &upb, &smem) == cudaSuccess;
+}
+
+/* Launches matvec_smem_kernel for rope pairs, or returns cudaErrorNotSupported when a block's
+ * rows do not fit in shared memory (the caller then takes the per-op kernel). */
+template <int DT, bool BIAS>
+static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
+    constexpr int NW = MV_WARPS;
+    uint32_t upb;
+    size_t smem;
+    cudaError_t e = smem_geometry(a, n_sm, &upb, &smem);
+    if (e != cudaSuccess) return e;
+    const uint32_t total = mv_units(a);
+    const uint32_t blocks = (total + upb - 1) / upb;
     void (*kern)(const mv_args, uint32_t, uint32_t, uint32_t) = matvec_smem_kernel<DT, NW, BIAS>;
     e = smem_attr(kern, smem, 1024);
     if (e != cudaSuccess) return e;
@@ -319,7 +335,7 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
             return launch_v<DT, 1, 1>(a, n_sm, st);
         if (thin_cuda_mv_single > 0 && single) return launch_v<DT, 3, 2>(a, n_sm, st);
     }
-    if (thin_cuda_mv_smem && a->rope) {
+    if (a->smem && a->rope) {
         const cudaError_t e = launch_smem<DT, BIAS>(a, n_sm, st);
         if (e != cudaErrorNotSupported) return e;
     }

@@ -3,8 +3,9 @@
  * gate, the down projection and the residual add, with no kernel boundary between gate/up and down.
  *
  * Each block takes a contiguous range of `units` intermediate units j (FP8 gate/up: one block of
- * 24 warps per SM within 80 registers; BF16: one of 24 warps within 64 registers, which fits
- * beside an attention + o block; see launch_dd).
+ * 24 warps per SM within 80 registers, or within 64 when the q/k/v launch after it starts beside
+ * it; BF16: one of 24 warps within 64 registers, which fits beside an attention + o block; see
+ * launch_dd).
  *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
  *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
  *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
@@ -340,12 +341,16 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
      * with SmolLM3-3B BF16: 420.3, 420.4 and 420.3 against 415.6, 416.1 and 415.9 for the blocks
      * of 8 warps in one call; slim blocks of 16 warps within 96 registers 416.0-416.2; FP8 gate/up
      * slim blocks measured slower, 578.3-579.0 against 582.9-583.3; bench/decode-variants.sh).
+     * FP8 gate/up takes the slim block when the q/k/v launch after it takes its rows from shared
+     * memory (next_smem): that launch's blocks then start beside it, and the two together gain
+     * (an H100 with SmolLM3-3B quality FP8: 594.8 and 594.6 against 583.1 and 582.5 tokens/s,
+     * where either alone lost: 565.8 and 578.3-579.0).
      * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps, BF16 in the blocks of 8 warps of before;
      * =16: either in 16; =24 (or unset): the 24 warps above for both. THIN_CUDA_MLP_SLIM=24 or 16:
      * either in one slim block of that many warps within 64 or 96 registers; =0: no slim block. */
     const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
-                     : DTG == THIN_DTYPE_BF16 && warps24 ? 24 : 0;
+                     : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
     if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
