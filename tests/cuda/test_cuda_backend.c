@@ -589,10 +589,13 @@ static void run_all(const char *tag) {
     CASE("Gemma layers, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     window = 0;
     /* Gemma 2's layer: no q/k norms, its scores and logits soft-capped (caps small enough to bend
-     * this model's values), sliding layers */
+     * this model's values), sliding layers. Its attention scales a last-bit difference up (see
+     * the prefill comparison in run_case), so its BF16 decode gets twice the others' limit: one
+     * GPU run (an H100, dac8c14) gave 1.8e-6 to 1.24e-3 over the passes, and 2.31e-3 in one (the
+     * attention + o kernel with its partials read), where the F32 case stays within 1e-4. */
     qknorm_dt = 0;
     cap_att = 0.5f, cap_logit = 5.0f, window = 37;
-    CASE("Gemma 2 layers, soft caps, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 2e-3, 4e-2);
+    CASE("Gemma 2 layers, soft caps, window 37, BF16 w, BF16 kv", THIN_DTYPE_BF16, THIN_DTYPE_BF16, THIN_DTYPE_BF16, 4e-3, 4e-2);
     CASE("Gemma 2 layers, soft caps, window 37, F32 w, F32 kv", THIN_DTYPE_F32, THIN_DTYPE_F32, THIN_DTYPE_F32, 1e-4, 1e-4);
     cap_att = cap_logit = 0.0f, window = 0;
     gemma = 0;
