@@ -162,7 +162,8 @@ __global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, ui
     matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
 }
 
-/* q/k/v from shared memory (THIN_CUDA_MV_SMEM=1[,NS]; launched for the rope pairs only): one block
+/* q/k/v from shared memory (launched for the rope pairs only: by default after an MLP kernel with
+ * FP8 gate/up, see cuda_exec.cu's qkv_smem; THIN_CUDA_MV_SMEM=1[,NS] after every one): one block
  * of 8 warps per SM within 64 registers (it fits beside a slim MLP block, whose kernel runs
  * before it) takes a contiguous range of `upb` units and copies all their rows into shared memory
  * with bulk asynchronous copies (one mbarrier per warp) as it starts, NS ns after its start when
