@@ -87,11 +87,26 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
 #endif
 }
 
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+#endif
+}
+
 /* Shared memory of the MMA path (floats, from the block's start): x as staged (pitch), then x's
- * two F16 terms (2 x 64 nkb halves: nkb * 64 floats), then the items' partial sums (16 each). */
+ * terms (FP8: two F16 terms of 64 nkb columns; BF16: three BF16 terms of 32 nkb; nkb * 64 floats
+ * either way at most), then the items' partial sums (16 each). */
 __host__ __device__ __forceinline__ uint32_t mma_nkb(uint32_t pitch_b) { return (pitch_b + 63) / 64; }
-__host__ __device__ __forceinline__ uint32_t mma_smem_floats(uint32_t pitch, uint32_t units, uint32_t seg) {
-    return pitch + mma_nkb(pitch) * 64 + (units + 7) / 8 * seg * 16;
+static constexpr uint32_t dtype_esz(int dt) { return dt == THIN_DTYPE_BF16 ? 2 : 1; }
+__host__ __device__ __forceinline__ uint32_t mma_smem_floats(uint32_t pitch, uint32_t pitch_b, uint32_t units,
+                                                              uint32_t seg) {
+    return pitch + mma_nkb(pitch_b) * 64 + (units + 7) / 8 * seg * 16;
 }
 
 /* One step's cursor: item q of this warp (item w + NW q), column block kb of it. */
@@ -135,10 +150,20 @@ __device__ __forceinline__ void mma_load(const mv_args &m, uint32_t u0, uint32_t
     }
 }
 
-/* Four MMAs of one step: gate and up words of this lane, x's terms from xh (lanes 0-7). */
+/* One step's MMAs: gate and up words of this lane, x's terms from xh. FP8: four MMAs, the terms
+ * in lanes 0-7 (B's columns 0 and 1); BF16: two MMAs on the words as loaded, the terms in lanes
+ * 0-11 (columns 0-2). */
+template <int DTG>
 __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const uint4 &wu,
                                          const uint4 *xh, uint32_t kb, uint32_t nkb) {
     const int lane = threadIdx.x & 31;
+    if constexpr (DTG == THIN_DTYPE_BF16) { /* k = 32 columns from 32 kb + 8 c: one vector */
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (lane < 12) x = xh[(size_t)(lane >> 2) * nkb * 4 + kb * 4 + (lane & 3)];
+        mma_bf16(d, wg.x, wu.x, wg.y, wu.y, x.x, x.y);
+        mma_bf16(d, wg.z, wu.z, wg.w, wu.w, x.z, x.w);
+        return;
+    }
     uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
     if (lane < 8) { /* B's column lane / 4: hi (0) or lo (1); k = 16 columns from 64 kb + 16 c */
         const uint4 *p = xh + (size_t)(lane >> 2) * nkb * 8 + kb * 8 + (lane & 3) * 2;
@@ -153,19 +178,39 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const u
                 b[2 * k], b[2 * k + 1]);
 }
 
-/* x's two F16 terms from x as staged (FP8 planes), zero past cols up to 64 nkb; returns 1 / s. */
+/* x's terms from x as staged (DTG's planes), zero past cols: FP8, two F16 terms of 64 nkb
+ * columns, returning 1 / s; BF16, three BF16 terms (hi, the rest's hi, what is left) of 32 nkb
+ * columns, returning 1. */
+template <int DTG>
 __device__ __forceinline__ float mma_stage_x(const float *xs, uint32_t cols, uint32_t pitch, uint32_t nkb,
-                                             __half *xh, float *red) {
-    const uint32_t ps = pitch / vec_of<THIN_DTYPE_F8_E4M3>::epv * 4, n = nkb * 64;
+                                             void *xt, float *red) {
+    const uint32_t ps = pitch / vec_of<DTG>::epv * 4;
+    if constexpr (DTG == THIN_DTYPE_BF16) {
+        const uint32_t n = nkb * 32;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)xt;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = i < cols ? xs[x_index<DTG>(i, ps)] : 0.0f;
+            const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+            const float r = v - __bfloat162float(hi);
+            const __nv_bfloat16 mid = __float2bfloat16_rn(r);
+            xb[i] = hi;
+            xb[n + i] = mid;
+            xb[2 * n + i] = __float2bfloat16_rn(r - __bfloat162float(mid));
+        }
+        __syncthreads();
+        return 1.0f;
+    }
+    const uint32_t n = nkb * 64;
+    __half *xh = (__half *)xt;
     float mx = 0.0f;
     for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x)
-        mx = fmaxf(mx, fabsf(xs[x_index<THIN_DTYPE_F8_E4M3>(i, ps)]));
+        mx = fmaxf(mx, fabsf(xs[x_index<DTG>(i, ps)]));
     mx = block_max(mx, red);
     int e = 0;
     if (mx > 0.0f && isfinite(mx)) e = min(max(13 - ilogbf(mx), -120), 120);
     const float sc = ldexpf(1.0f, e);
     for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = i < cols ? xs[x_index<THIN_DTYPE_F8_E4M3>(i, ps)] * sc : 0.0f;
+        const float v = i < cols ? xs[x_index<DTG>(i, ps)] * sc : 0.0f;
         const __half hi = __float2half_rn(v);
         xh[i] = hi;
         xh[n + i] = __float2half_rn(v - __half2float(hi));
@@ -202,7 +247,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     mv_epi<2> e;
     uint4 wg[MMA ? PF : 1], wu[MMA ? PF : 1];
     mma_cur cl, cu;
-    const uint32_t pitch_b = m.seg[0].w.pitch, nkb = mma_nkb(pitch_b);
+    const uint32_t pitch_b = m.seg[0].w.pitch * (DTG == THIN_DTYPE_BF16 ? 2 : 1), nkb = mma_nkb(pitch_b);
     const uint32_t nseg = MMA ? a.mma_seg : 1, kps = (nkb + nseg - 1) / nseg, items = (nu + 7) / 8 * nseg;
     float *pb = xs + m.seg[0].w.pitch + nkb * 64; /* MMA: the items' partial sums */
     if constexpr (MMA) { /* the first PF steps' weights, before the wait */
@@ -232,8 +277,8 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     }
     float inv_s = 1.0f;
     if constexpr (MMA) {
-        __half *xh = (__half *)(xs + m.seg[0].w.pitch);
-        inv_s = mma_stage_x(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
+        float *xh = xs + m.seg[0].w.pitch;
+        inv_s = mma_stage_x<DTG>(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         cu.q = 0;
         mma_cur_item<NW>(cu, items, nseg, kps, nkb);
@@ -241,14 +286,19 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 #pragma unroll
             for (int k = 0; k < PF; k++) {
                 if (!cu.ok) break;
-                mma_step(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
+                mma_step<DTG>(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
                 mma_load(m, u0, nu, cl, pitch_b, wg[k], wu[k]);
                 if (cl.ok) mma_cur_next<NW>(cl, items, nseg, kps, nkb);
                 if (cu.off + 1 >= cu.kbn) { /* the item's last step: its sums out */
+                    float sg = d[0] + d[1], su = d[2] + d[3];
+                    if constexpr (DTG == THIN_DTYPE_BF16) { /* column 2 (the last term) in lane c = 1 */
+                        sg += __shfl_down_sync(0xffffffffu, d[0], 1);
+                        su += __shfl_down_sync(0xffffffffu, d[2], 1);
+                    }
                     if ((lane & 3) == 0) {
                         float *q = pb + (size_t)((threadIdx.x >> 5) + NW * cu.q) * 16 + (lane >> 2);
-                        q[0] = d[0] + d[1];
-                        q[8] = d[2] + d[3];
+                        q[0] = sg;
+                        q[8] = su;
                     }
                     d[0] = d[1] = d[2] = d[3] = 0.0f;
                 }
@@ -461,7 +511,8 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     /* shared memory: x (then the groups' partial sums), then h of the block's units */
     uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     if constexpr (MMA) { /* and x's F16 terms and the items' sums, at most MLP_MMA_ITEMS a warp */
-        const uint32_t mf = mma_smem_floats(a.mv.seg[0].w.pitch, 8, MLP_MMA_ITEMS * NW);
+        const uint32_t mf = mma_smem_floats(a.mv.seg[0].w.pitch, a.mv.seg[0].w.pitch * dtype_esz(DTG), 8,
+                                            MLP_MMA_ITEMS * NW);
         if (mf > xfl) xfl = mf;
     }
     a.tpr = tpr;
@@ -502,7 +553,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
     if constexpr (MMA) {
-        a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch, NW);
+        a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch * dtype_esz(DTG), NW);
         if (!a.mma_seg) return cudaErrorInvalidConfiguration;
     }
     const uint32_t blocks = (inter + units - 1) / units;
@@ -549,8 +600,10 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
-        if (thin_cuda_mlp_mma && slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
-        if (thin_cuda_mlp_mma && slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, true>(a, n_sm, st);
+        if ((thin_cuda_mlp_mma & 1) && slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
+        if ((thin_cuda_mlp_mma & 1) && slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, true>(a, n_sm, st);
+    } else {
+        if ((thin_cuda_mlp_mma & 2) && slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
     }
     if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);

@@ -935,12 +935,13 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MV_SMEM");
-    /* FP8 gate/up on tensor cores (x as two F16 terms): in the slim block it takes by default,
-     * and in the block of 24 warps at 80 registers */
+    /* gate/up on tensor cores (FP8: x as two F16 terms; BF16: three BF16 terms): in the slim
+     * blocks they take by default, and FP8 in the block of 24 warps at 80 registers */
+    setenv("THIN_CUDA_MLP_MMA", "3", 1);
+    run_all("MLP kernel, gate/up on tensor cores: ");
     setenv("THIN_CUDA_MLP_MMA", "1", 1);
-    run_all("MLP kernel, FP8 gate/up on tensor cores: ");
     setenv("THIN_CUDA_MLP_SLIM", "0", 1);
-    run_all("MLP kernel, FP8 gate/up on tensor cores, 80-register blocks: ");
+    run_all("MLP kernel, gate/up on tensor cores, FP8 in 80-register blocks: ");
     unsetenv("THIN_CUDA_MLP_SLIM");
     unsetenv("THIN_CUDA_MLP_MMA");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
