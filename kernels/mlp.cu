@@ -56,20 +56,22 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-/* ---- FP8 gate/up on tensor cores (THIN_CUDA_MLP_MMA) ----
+/* ---- gate/up on tensor cores (THIN_CUDA_MLP_MMA: 1 FP8, 2 BF16) ----
  * A warp multiplies a tile of 8 units (their gate rows as the MMA's rows 0-7, their up rows as rows
- * 8-15) by x with mma.m16n8k16 (F16 in, F32 accumulation), 64 columns a step: lane (g, c) (g =
- * lane / 4, c = lane % 4) loads 16 bytes of gate row g and of up row g at column 64 kb + 16 c and
- * feeds four MMAs from them (E4M3 pairs widened to F16 exactly). The MMA's k index is a permutation
- * of those columns, the same for A and B: its k = 2c + e and 2c + 8 + e of MMA m are columns
- * 64 kb + 16 c + 4 m + e and + 2 + e. x enters as two F16 terms in B's columns 0 and 1,
- * x s = hi + lo (s a power of two putting max |x| s in [2^13, 2^14)), so that the product keeps
- * about 22 bits of x where F16 alone would keep 11; B's other columns are zero. Lane (g, 0) ends
- * with gate(g) = (D[g][0] + D[g][1]) / s and up(g) in D[g + 8]. Each unit's columns are split into
- * `mma_seg` segments, the (tile, segment) items dealt to the warps in turn, and the items' partial
- * sums meet in shared memory in a fixed order (the same h every run). Weights go straight from
- * global memory to registers, PF steps in flight a lane, with no x reads from shared memory per
- * weight: about 0.3 instructions a weight against 3 for the FP32 dot products. */
+ * 8-15) by x with mma.m16n8k16 (F32 accumulation), 64 bytes of each row a step: lane (g, c) (g =
+ * lane / 4, c = lane % 4) loads 16 bytes of gate row g and of up row g at byte 64 kb + 16 c. The
+ * MMA's k index is a permutation of those columns, the same for A and B.
+ * FP8: the 16 bytes feed four F16 MMAs (E4M3 pairs widened to F16 exactly in registers); k = 2c + e
+ * and 2c + 8 + e of MMA m are columns 64 kb + 16 c + 4 m + e and + 2 + e. x enters as two F16
+ * terms in B's columns 0 and 1, x s = hi + lo (s a power of two putting max |x| s in
+ * [2^13, 2^14)), which keeps about 22 bits of x where F16 alone would keep 11; lane (g, 0) ends
+ * with gate(g) = (D[g][0] + D[g][1]) / s and up(g) in D[g + 8].
+ * BF16: the 16 bytes (8 columns from 32 kb + 8 c) feed two BF16 MMAs as loaded; x enters as three
+ * BF16 terms (24 bits) in columns 0-2, the third summed from lane (g, 1).
+ * B's other columns are zero. Each unit's columns are split into `mma_seg` segments, the (tile,
+ * segment) items dealt to the warps in turn, and the items' partial sums meet in shared memory in a
+ * fixed order (the same h every run). Weights go from global memory to registers, PF steps in
+ * flight a lane, and no weight is widened to F32 or meets x in an FMA of its own. */
 __device__ __forceinline__ uint32_t e4m3x2_h2(uint32_t v) {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
     return (uint32_t)h.x | (uint32_t)h.y << 16;
