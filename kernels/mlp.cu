@@ -77,25 +77,19 @@ __device__ __forceinline__ uint32_t e4m3x2_h2(uint32_t v) {
     return (uint32_t)h.x | (uint32_t)h.y << 16;
 }
 
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
+/* d += A B, mma.m16n8k16 with F32 accumulation: A and B F16 (BF = false) or BF16 (BF = true). */
+template <bool BF>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-    (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
-#endif
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#define MMA_16816(T)                                                                                 \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                 "{%8,%9}, {%0,%1,%2,%3};"                                                           \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if constexpr (BF) MMA_16816("bf16");
+    else MMA_16816("f16");
+#undef MMA_16816
 #else
     (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
 #endif
@@ -162,8 +156,8 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const u
     if constexpr (DTG == THIN_DTYPE_BF16) { /* k = 32 columns from 32 kb + 8 c: one vector */
         uint4 x = make_uint4(0, 0, 0, 0);
         if (lane < 12) x = xh[(size_t)(lane >> 2) * nkb * 4 + kb * 4 + (lane & 3)];
-        mma_bf16(d, wg.x, wu.x, wg.y, wu.y, x.x, x.y);
-        mma_bf16(d, wg.z, wu.z, wg.w, wu.w, x.z, x.w);
+        mma_16816<true>(d, wg.x, wu.x, wg.y, wu.y, x.x, x.y);
+        mma_16816<true>(d, wg.z, wu.z, wg.w, wu.w, x.z, x.w);
         return;
     }
     uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
@@ -176,7 +170,7 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const u
     const uint32_t b[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
     for (int k = 0; k < 4; k++)
-        mma_f16(d, e4m3x2_h2(g[k]), e4m3x2_h2(u[k]), e4m3x2_h2(g[k] >> 16), e4m3x2_h2(u[k] >> 16),
+        mma_16816<false>(d, e4m3x2_h2(g[k]), e4m3x2_h2(u[k]), e4m3x2_h2(g[k] >> 16), e4m3x2_h2(u[k] >> 16),
                 b[2 * k], b[2 * k + 1]);
 }
 
