@@ -595,11 +595,11 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
-    if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
-        if ((thin_cuda_mlp_mma & 1) && slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
-        if ((thin_cuda_mlp_mma & 1) && slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, true>(a, n_sm, st);
-    } else {
-        if ((thin_cuda_mlp_mma & 2) && slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
+    if (thin_cuda_mlp_mma & (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2)) { /* gate/up on tensor cores */
+        if (slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
+        if (slim == 16) return launch_dw<DTG, DTD, 16, 96, true>(a, n_sm, st);
+        if constexpr (DTG == THIN_DTYPE_F8_E4M3)
+            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, true>(a, n_sm, st);
     }
     if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);

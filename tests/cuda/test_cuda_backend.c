@@ -936,9 +936,12 @@ int main(void) {
     }
     unsetenv("THIN_CUDA_MV_SMEM");
     /* gate/up on tensor cores (FP8: x as two F16 terms; BF16: three BF16 terms): in the slim
-     * blocks they take by default, and FP8 in the block of 24 warps at 80 registers */
+     * blocks of 24 warps they take by default, in slim blocks of 16, and FP8 in the block of 24
+     * warps at 80 registers */
     setenv("THIN_CUDA_MLP_MMA", "3", 1);
     run_all("MLP kernel, gate/up on tensor cores: ");
+    setenv("THIN_CUDA_MLP_SLIM", "16", 1);
+    run_all("MLP kernel, gate/up on tensor cores, slim 16-warp blocks: ");
     setenv("THIN_CUDA_MLP_MMA", "1", 1);
     setenv("THIN_CUDA_MLP_SLIM", "0", 1);
     run_all("MLP kernel, gate/up on tensor cores, FP8 in 80-register blocks: ");
