@@ -550,7 +550,8 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
     if constexpr (MMA) {
         a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch * dtype_esz(DTG), NW);
-        if (!a.mma_seg) return cudaErrorInvalidConfiguration;
+        if (!a.mma_seg) /* more tiles a block than the items' shared memory holds: the FP32 path */
+            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, false>(in, n_sm, st);
     }
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
