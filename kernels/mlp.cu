@@ -9,7 +9,7 @@
  *  1. Its warps compute the units' gate and up rows as the pair matvec does (x staged once per
  *     block through the fused RMSNorm, a row pair per warp and unit, 16-byte loads, the next
  *     unit's loads issued before the current one's reduction) and keep h[j] = silu(g) * u in
- *     shared memory.
+ *     shared memory (THIN_CUDA_MLP_MMA: on tensor cores instead, "gate/up on tensor cores" below).
  *  2. The down projection is stored transposed (compile_steps transposes it on the device): row j
  *     of the transpose is the column of down that h[j] multiplies, so the block's share of down is
  *     `units` contiguous rows, streamed in the same 16-byte, row-contiguous pattern as gate and
