@@ -99,7 +99,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
  * terms (FP8: two F16 terms of 64 nkb columns; BF16: three BF16 terms of 32 nkb; nkb * 64 floats
  * either way at most), then the items' partial sums (16 each). */
 __host__ __device__ __forceinline__ uint32_t mma_nkb(uint32_t pitch_b) { return (pitch_b + 63) / 64; }
-static constexpr uint32_t dtype_esz(int dt) { return dt == THIN_DTYPE_BF16 ? 2 : 1; }
 __host__ __device__ __forceinline__ uint32_t mma_smem_floats(uint32_t pitch, uint32_t pitch_b, uint32_t units,
                                                               uint32_t seg) {
     return pitch + mma_nkb(pitch_b) * 64 + (units + 7) / 8 * seg * 16;
@@ -118,7 +117,7 @@ __device__ __forceinline__ void mma_cur_item(mma_cur &c, uint32_t items, uint32_
     c.ok = it < items;
     c.tile = it / seg;
     c.kb0 = (it % seg) * kps;
-    c.kbn = c.kb0 + kps < nkb ? kps : (nkb > c.kb0 ? nkb - c.kb0 : 0);
+    c.kbn = min(kps, nkb - c.kb0); /* mma_segments leaves no segment empty: kb0 < nkb */
     c.off = 0;
 }
 
@@ -128,7 +127,6 @@ __device__ __forceinline__ void mma_cur_next(mma_cur &c, uint32_t items, uint32_
     if (++c.off >= c.kbn) {
         c.q++;
         mma_cur_item<NW>(c, items, seg, kps, nkb);
-        if (c.ok && c.kbn == 0) c.ok = false; /* an empty last segment: nothing after it either */
     }
 }
 
@@ -243,7 +241,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     mv_epi<2> e;
     uint4 wg[MMA ? PF : 1], wu[MMA ? PF : 1];
     mma_cur cl, cu;
-    const uint32_t pitch_b = m.seg[0].w.pitch * (DTG == THIN_DTYPE_BF16 ? 2 : 1), nkb = mma_nkb(pitch_b);
+    const uint32_t pitch_b = m.seg[0].w.pitch / vec_of<DTG>::epv * 16, nkb = mma_nkb(pitch_b);
     const uint32_t nseg = MMA ? a.mma_seg : 1, kps = (nkb + nseg - 1) / nseg, items = (nu + 7) / 8 * nseg;
     float *pb = xs + m.seg[0].w.pitch + nkb * 64; /* MMA: the items' partial sums */
     if constexpr (MMA) { /* the first PF steps' weights, before the wait */
@@ -372,9 +370,9 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
             const float *q = pb + (size_t)(jj / 8) * nseg * 16 + jj % 8;
             float g = 0.0f, u = 0.0f;
             for (uint32_t sg = 0; sg < nseg; sg++) g += q[sg * 16], u += q[sg * 16 + 8];
-            const float sg8 = m.seg[0].w.scale ? m.seg[0].w.scale[u0 + jj] : 1.0f;
-            const float su8 = m.seg[1].w.scale ? m.seg[1].w.scale[u0 + jj] : 1.0f;
-            hs[jj] = silu_f(g * inv_s * sg8) * (u * inv_s * su8);
+            mv_epi<2> ue;
+            epi_weights<DTG, 2>(m, 0, u0 + jj, ue); /* the rows' FP8 scales (1 for BF16) */
+            hs[jj] = silu_f(g * inv_s * ue.sc[0]) * (u * inv_s * ue.sc[1]);
         }
     }
     __syncthreads(); /* h complete; x no longer needed */
@@ -507,7 +505,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     /* shared memory: x (then the groups' partial sums), then h of the block's units */
     uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     if constexpr (MMA) { /* and x's F16 terms and the items' sums, at most MLP_MMA_ITEMS a warp */
-        const uint32_t mf = mma_smem_floats(a.mv.seg[0].w.pitch, a.mv.seg[0].w.pitch * dtype_esz(DTG), 8,
+        const uint32_t mf = mma_smem_floats(a.mv.seg[0].w.pitch, a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, 8,
                                             MLP_MMA_ITEMS * NW);
         if (mf > xfl) xfl = mf;
     }
@@ -549,7 +547,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
     if constexpr (MMA) {
-        a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch * dtype_esz(DTG), NW);
+        a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, NW);
         if (!a.mma_seg) /* more tiles a block than the items' shared memory holds: the FP32 path */
             return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, false>(in, n_sm, st);
     }
