@@ -56,7 +56,7 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-/* ---- gate/up on tensor cores (THIN_CUDA_MLP_MMA: 1 FP8, 2 BF16) ----
+/* ---- gate/up on tensor cores (THIN_CUDA_MLP_MMA: 1 FP8, 2 BF16, 4 FP8 on E4M3 MMAs) ----
  * A warp multiplies a tile of 8 units (their gate rows as the MMA's rows 0-7, their up rows as rows
  * 8-15) by x with mma.m16n8k16 (F32 accumulation), 64 bytes of each row a step: lane (g, c) (g =
  * lane / 4, c = lane % 4) loads 16 bytes of gate row g and of up row g at byte 64 kb + 16 c. The
@@ -68,6 +68,9 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
  * with gate(g) = (D[g][0] + D[g][1]) / s and up(g) in D[g + 8].
  * BF16: the 16 bytes (8 columns from 32 kb + 8 c) feed two BF16 MMAs as loaded; x enters as three
  * BF16 terms (24 bits) in columns 0-2, the third summed from lane (g, 1).
+ * FP8 on E4M3 MMAs (4): the 16 bytes feed two mma.m16n8k32 as loaded (no widening); x enters as
+ * eight E4M3 terms, one in each of B's columns (x s = sum of t_i 16^-i, about 32 bits), and each
+ * lane weighs its two columns and adds its quad's.
  * B's other columns are zero. Each unit's columns are split into `mma_seg` segments, the (tile,
  * segment) items dealt to the warps in turn, and the items' partial sums meet in shared memory in a
  * fixed order (the same h every run). Weights go from global memory to registers, PF steps in
@@ -95,13 +98,30 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 #endif
 }
 
+/* d += A B, mma.m16n8k32 with E4M3 A and B (four elements a register) and F32 accumulation. */
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+#endif
+}
+
 /* Shared memory of the MMA path (floats, from the block's start): x as staged (pitch), then x's
  * terms (FP8: two F16 terms of 64 nkb columns; BF16: three BF16 terms of 32 nkb; nkb * 64 floats
- * either way at most), then the items' partial sums (16 each). */
+ * either way at most; FP8 on E4M3 MMAs (MMA = 2): eight E4M3 terms of 64 nkb, nkb * 128 floats),
+ * then the items' partial sums (16 each). */
 __host__ __device__ __forceinline__ uint32_t mma_nkb(uint32_t pitch_b) { return (pitch_b + 63) / 64; }
-__host__ __device__ __forceinline__ uint32_t mma_smem_floats(uint32_t pitch, uint32_t pitch_b, uint32_t units,
-                                                              uint32_t seg) {
-    return pitch + mma_nkb(pitch_b) * 64 + (units + 7) / 8 * seg * 16;
+__host__ __device__ __forceinline__ uint32_t mma_terms_floats(int mma, uint32_t nkb) {
+    return nkb * (mma == 2 ? 128 : 64);
+}
+__host__ __device__ __forceinline__ uint32_t mma_smem_floats(int mma, uint32_t pitch, uint32_t pitch_b,
+                                                              uint32_t units, uint32_t seg) {
+    return pitch + mma_terms_floats(mma, mma_nkb(pitch_b)) + (units + 7) / 8 * seg * 16;
 }
 
 /* One step's cursor: item q of this warp (item w + NW q), column block kb of it. */
@@ -147,10 +167,18 @@ __device__ __forceinline__ void mma_load(const mv_args &m, uint32_t u0, uint32_t
 /* One step's MMAs: gate and up words of this lane, x's terms from xh. FP8: four MMAs, the terms
  * in lanes 0-7 (B's columns 0 and 1); BF16: two MMAs on the words as loaded, the terms in lanes
  * 0-11 (columns 0-2). */
-template <int DTG>
+template <int DTG, int MMA>
 __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const uint4 &wu,
                                          const uint4 *xh, uint32_t kb, uint32_t nkb) {
     const int lane = threadIdx.x & 31;
+    if constexpr (MMA == 2) { /* E4M3: words 0-1 of the 16 bytes in one MMA, 2-3 in the other; k =
+                                 4c + e and 16 + 4c + e are bytes 16c + 8i + e and + 4 + e; x's
+                                 term lane / 4 (of eight) in B's column lane / 4 */
+        const uint4 x = xh[(size_t)(lane >> 2) * nkb * 4 + kb * 4 + (lane & 3)];
+        mma_e4m3(d, wg.x, wu.x, wg.y, wu.y, x.x, x.y);
+        mma_e4m3(d, wg.z, wu.z, wg.w, wu.w, x.z, x.w);
+        return;
+    }
     if constexpr (DTG == THIN_DTYPE_BF16) { /* k = 32 columns from 32 kb + 8 c: one vector */
         uint4 x = make_uint4(0, 0, 0, 0);
         if (lane < 12) x = xh[(size_t)(lane >> 2) * nkb * 4 + kb * 4 + (lane & 3)];
@@ -175,10 +203,36 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const u
 /* x's terms from x as staged (DTG's planes), zero past cols: FP8, two F16 terms of 64 nkb
  * columns, returning 1 / s; BF16, three BF16 terms (hi, the rest's hi, what is left) of 32 nkb
  * columns, returning 1. */
-template <int DTG>
+template <int DTG, int MMA>
 __device__ __forceinline__ float mma_stage_x(const float *xs, uint32_t cols, uint32_t pitch, uint32_t nkb,
                                              void *xt, float *red) {
     const uint32_t ps = pitch / vec_of<DTG>::epv * 4;
+    if constexpr (MMA == 2) { /* eight E4M3 terms: x s = sum of t_i 16^-i, s a power of two putting
+                                 max |x| s in [2^7, 2^8); each term the rest times 16, rounded (the
+                                 rest of a rounding is at most 1/16 of the largest term: no term
+                                 passes 448), so about 32 bits of x */
+        const uint32_t n = nkb * 64;
+        uint8_t *xb = (uint8_t *)xt;
+        float mx = 0.0f;
+        for (uint32_t i = threadIdx.x; i < cols; i += blockDim.x)
+            mx = fmaxf(mx, fabsf(xs[x_index<DTG>(i, ps)]));
+        mx = block_max(mx, red);
+        int e = 0;
+        if (mx > 0.0f && isfinite(mx)) e = min(max(7 - ilogbf(mx), -120), 120);
+        const float sc = ldexpf(1.0f, e);
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float v = i < cols ? xs[x_index<DTG>(i, ps)] * sc : 0.0f;
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E4M3);
+                const __half_raw hq = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+                xb[t * n + i] = q;
+                v = (v - __half2float(__half(hq))) * 16.0f;
+            }
+        }
+        __syncthreads();
+        return ldexpf(1.0f, -e);
+    }
     if constexpr (DTG == THIN_DTYPE_BF16) {
         const uint32_t n = nkb * 32;
         __nv_bfloat16 *xb = (__nv_bfloat16 *)xt;
@@ -217,7 +271,7 @@ __device__ __forceinline__ float mma_stage_x(const float *xs, uint32_t cols, uin
  * in a gate/up load batch; NB: down rows per thread in each of the two batches in flight; VPT:
  * 16-byte vectors of a down row per thread (1 or 2). The kernels below choose HB and NB for
  * their register bounds. */
-template <int DTG, int DTD, int NW, int HB, int NB, int VPT, bool MMA = false, int PF = 4>
+template <int DTG, int DTD, int NW, int HB, int NB, int VPT, int MMA = 0, int PF = 4>
 __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
@@ -243,7 +297,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     mma_cur cl, cu;
     const uint32_t pitch_b = m.seg[0].w.pitch / vec_of<DTG>::epv * 16, nkb = mma_nkb(pitch_b);
     const uint32_t nseg = MMA ? a.mma_seg : 1, kps = (nkb + nseg - 1) / nseg, items = (nu + 7) / 8 * nseg;
-    float *pb = xs + m.seg[0].w.pitch + nkb * 64; /* MMA: the items' partial sums */
+    float *pb = xs + m.seg[0].w.pitch + mma_terms_floats(MMA, nkb); /* MMA: the items' partial sums */
     if constexpr (MMA) { /* the first PF steps' weights, before the wait */
         cl.q = 0;
         mma_cur_item<NW>(cl, items, nseg, kps, nkb);
@@ -272,7 +326,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     float inv_s = 1.0f;
     if constexpr (MMA) {
         float *xh = xs + m.seg[0].w.pitch;
-        inv_s = mma_stage_x<DTG>(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
+        inv_s = mma_stage_x<DTG, MMA>(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         cu.q = 0;
         mma_cur_item<NW>(cu, items, nseg, kps, nkb);
@@ -280,12 +334,20 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 #pragma unroll
             for (int k = 0; k < PF; k++) {
                 if (!cu.ok) break;
-                mma_step<DTG>(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
+                mma_step<DTG, MMA>(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
                 mma_load(m, u0, nu, cl, pitch_b, wg[k], wu[k]);
                 if (cl.ok) mma_cur_next<NW>(cl, items, nseg, kps, nkb);
                 if (cu.off + 1 >= cu.kbn) { /* the item's last step: its sums out */
                     float sg = d[0] + d[1], su = d[2] + d[3];
-                    if constexpr (DTG == THIN_DTYPE_BF16) { /* column 2 (the last term) in lane c = 1 */
+                    if constexpr (MMA == 2) { /* terms 2c and 2c + 1 in lane c, weighed 16^-t */
+                        const float w0 = __int_as_float((127 - 8 * (lane & 3)) << 23), w1 = w0 * 0.0625f;
+                        sg = d[0] * w0 + d[1] * w1;
+                        su = d[2] * w0 + d[3] * w1;
+                        sg += __shfl_xor_sync(0xffffffffu, sg, 1);
+                        su += __shfl_xor_sync(0xffffffffu, su, 1);
+                        sg += __shfl_xor_sync(0xffffffffu, sg, 2);
+                        su += __shfl_xor_sync(0xffffffffu, su, 2);
+                    } else if constexpr (DTG == THIN_DTYPE_BF16) { /* column 2 (the last term) in lane c = 1 */
                         sg += __shfl_down_sync(0xffffffffu, d[0], 1);
                         su += __shfl_down_sync(0xffffffffu, d[2], 1);
                     }
@@ -436,7 +498,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 /* The registers' bound by MINB, the blocks per SM they must allow (FP8 gate/up: 24 warps per SM,
  * at most 85 registers a thread, with half load batches, as the pair matvec): half batches below
  * 100 registers a thread. */
-template <int DTG, int DTD, int NW, int MINB, int VPT, bool MMA = false>
+template <int DTG, int DTD, int NW, int MINB, int VPT, int MMA = 0>
 __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
     mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT, MMA,
@@ -447,7 +509,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
  * that a block of NW warps fits on an SM beside an attention + o block (16 K registers) and
  * starts, requesting its first rows, while that kernel runs: 24 warps at 64 registers with
  * quarter batches, 16 at 96 with half batches. */
-template <int DTG, int DTD, int NW, int MAXR, int VPT, bool MMA = false>
+template <int DTG, int DTD, int NW, int MAXR, int VPT, int MMA = 0>
 __global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_slim_kernel(const mlp_args a) {
     constexpr int HB = MAXR <= 64 ? MV_UNROLL / 4 : MV_UNROLL / 2;
     constexpr int NB = (MAXR <= 64 ? 2 : 4) / VPT; /* VPT: 1 or 2 */
@@ -489,7 +551,7 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0, bool MMA = false>
+template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0, int MMA = 0>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
@@ -505,8 +567,8 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     /* shared memory: x (then the groups' partial sums), then h of the block's units */
     uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     if constexpr (MMA) { /* and x's F16 terms and the items' sums, at most MLP_MMA_ITEMS a warp */
-        const uint32_t mf = mma_smem_floats(a.mv.seg[0].w.pitch, a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, 8,
-                                            MLP_MMA_ITEMS * NW);
+        const uint32_t mf = mma_smem_floats(MMA, a.mv.seg[0].w.pitch,
+                                            a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, 8, MLP_MMA_ITEMS * NW);
         if (mf > xfl) xfl = mf;
     }
     a.tpr = tpr;
@@ -549,7 +611,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     if constexpr (MMA) {
         a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, NW);
         if (!a.mma_seg) /* more tiles a block than the items' shared memory holds: the FP32 path */
-            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, false>(in, n_sm, st);
+            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, 0>(in, n_sm, st);
     }
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
@@ -559,7 +621,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
  * BF16, in blocks of 8 warps or in one block; with MAXR, one slim block of NW warps within MAXR
  * registers. (NW * 32 must be a multiple of every power of two up to 256, the threads of a down
  * row.) */
-template <int DTG, int DTD, int NW, int MAXR = 0, bool MMA = false>
+template <int DTG, int DTD, int NW, int MAXR = 0, int MMA = 0>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     constexpr int MINB = MAXR > 0 ? 1 : (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
     if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR, MMA>(a, n_sm, st);
@@ -594,11 +656,17 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
+    if constexpr (DTG == THIN_DTYPE_F8_E4M3)
+        if (thin_cuda_mlp_mma & 4) { /* FP8 gate/up on E4M3 tensor cores */
+            if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 2>(a, n_sm, st);
+            if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 2>(a, n_sm, st);
+            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 2>(a, n_sm, st);
+        }
     if (thin_cuda_mlp_mma & (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2)) { /* gate/up on tensor cores */
-        if (slim == 24) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
-        if (slim == 16) return launch_dw<DTG, DTD, 16, 96, true>(a, n_sm, st);
+        if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 1>(a, n_sm, st);
+        if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 1>(a, n_sm, st);
         if constexpr (DTG == THIN_DTYPE_F8_E4M3)
-            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, true>(a, n_sm, st);
+            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 1>(a, n_sm, st);
     }
     if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);

@@ -945,6 +945,15 @@ int main(void) {
     setenv("THIN_CUDA_MLP_MMA", "1", 1);
     setenv("THIN_CUDA_MLP_SLIM", "0", 1);
     run_all("MLP kernel, gate/up on tensor cores, FP8 in 80-register blocks: ");
+    /* FP8 gate/up on E4M3 MMAs (x as eight E4M3 terms; BF16 on its MMAs beside it), in each block */
+    unsetenv("THIN_CUDA_MLP_SLIM");
+    setenv("THIN_CUDA_MLP_MMA", "6", 1);
+    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3: ");
+    setenv("THIN_CUDA_MLP_MMA", "4", 1);
+    setenv("THIN_CUDA_MLP_SLIM", "16", 1);
+    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3, slim 16-warp blocks: ");
+    setenv("THIN_CUDA_MLP_SLIM", "0", 1);
+    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3 in 80-register blocks: ");
     unsetenv("THIN_CUDA_MLP_SLIM");
     unsetenv("THIN_CUDA_MLP_MMA");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
