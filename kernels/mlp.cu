@@ -15,7 +15,8 @@
  *     `units` contiguous rows, streamed in the same 16-byte, row-contiguous pattern as gate and
  *     up. Each thread owns a few output columns (one 16-byte vector of each row, or two for
  *     hidden sizes over 256 vectors) of a group of the block's units, and sums h[j] × downᵀ[j].
- *     Its first loads are issued before the barrier that publishes h.
+ *     Its first loads are issued before the barrier that publishes h. (THIN_CUDA_MLP_MMA & 8: FP8
+ *     down on tensor cores, "FP8 down on E4M3 tensor cores" below.)
  *  3. The groups' sums meet in shared memory, are scaled (FP8 down: per output column) and added
  *     into the residual with float atomics, one per four columns.
  * The residual is also what the norm reads, so no block adds into it before every block has
@@ -200,6 +201,19 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4 &wg, const u
                 b[2 * k], b[2 * k + 1]);
 }
 
+/* v (|v| < 2^8) as eight E4M3 terms t_i, v = sum of t_i 16^-i: each the rest times 16, rounded; the
+ * rest of a rounding is at most 1/16 of the largest term, so no term passes 448. Term i goes to
+ * dst[i * stride]. */
+__device__ __forceinline__ void e4m3_terms(float v, uint8_t *dst, uint32_t stride) {
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E4M3);
+        const __half_raw hq = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+        dst[t * stride] = q;
+        v = (v - __half2float(__half(hq))) * 16.0f;
+    }
+}
+
 /* x's terms from x as staged (DTG's planes), zero past cols: FP8, two F16 terms of 64 nkb
  * columns, returning 1 / s; BF16, three BF16 terms (hi, the rest's hi, what is left) of 32 nkb
  * columns, returning 1. */
@@ -220,16 +234,8 @@ __device__ __forceinline__ float mma_stage_x(const float *xs, uint32_t cols, uin
         int e = 0;
         if (mx > 0.0f && isfinite(mx)) e = min(max(7 - ilogbf(mx), -120), 120);
         const float sc = ldexpf(1.0f, e);
-        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-            float v = i < cols ? xs[x_index<DTG>(i, ps)] * sc : 0.0f;
-#pragma unroll
-            for (int t = 0; t < 8; t++) {
-                const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E4M3);
-                const __half_raw hq = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
-                xb[t * n + i] = q;
-                v = (v - __half2float(__half(hq))) * 16.0f;
-            }
-        }
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            e4m3_terms(i < cols ? xs[x_index<DTG>(i, ps)] * sc : 0.0f, xb + i, n);
         __syncthreads();
         return ldexpf(1.0f, -e);
     }
@@ -267,12 +273,117 @@ __device__ __forceinline__ float mma_stage_x(const float *xs, uint32_t cols, uin
     return ldexpf(1.0f, -e);
 }
 
+/* ---- FP8 down on E4M3 tensor cores (THIN_CUDA_MLP_MMA & 8) ----
+ * The block's share of down is its units' rows of the transpose (u, the MMA's k) by the hidden
+ * columns (j, the MMA's rows): D[j][t] += A[j][u] B[u][t], A the weights, B h as eight E4M3 terms
+ * (as x above, by the block's max |h|). An item is a slab of 32 units by a chunk of 64 columns:
+ * lane (g, c) loads 8 bytes (columns 64 ch + 8 g + e) of rows 4c + r and 16 + 4c + r (r = 0..3),
+ * and byte permutes turn each 4 x 4 block (four rows of four columns) into four words of four
+ * rows a column, the A operand of mma.m16n8k32 as it is laid out (row g: column 8g + 2i, row g + 8:
+ * 8g + 2i + 1, in the i-th of four MMAs). Each lane weighs its two terms; a quad's sums are
+ * reduced and scattered in two shuffles (lane c ends with MMA c's two columns) and stored as
+ * the slab's partial sums, which the block adds in slab order. */
+__device__ __forceinline__ uint2 ld_stream2(const uint2 *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+/* Item it (slab it / nch, chunk it % nch) of a block's down rows: this lane's eight 8-byte loads,
+ * zero past the units, the pitch or the items. */
+__device__ __forceinline__ void mdn_load(const uint8_t *dbase, uint32_t dpitch_b, uint32_t nu, uint32_t it,
+                                         uint32_t nch, uint32_t items, uint2 (&w)[8]) {
+    const int lane = threadIdx.x & 31, c = lane & 3;
+    const uint32_t sl = it / nch, col = (it % nch) * 64 + 8 * (lane >> 2);
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const uint32_t u = sl * 32 + (r < 4 ? 4 * c + r : 12 + 4 * c + r);
+        if (it < items && u < nu && col < dpitch_b)
+            w[r] = ld_stream2((const uint2 *)(dbase + (size_t)u * dpitch_b + col));
+        else
+            w[r] = make_uint2(0, 0);
+    }
+}
+
+/* Four words of four rows' bytes (a, b, c, d: columns 0-3) as four words of one column's four rows. */
+__device__ __forceinline__ void bytes_4x4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t (&o)[4]) {
+    const uint32_t t0 = __byte_perm(a, b, 0x5140), t1 = __byte_perm(c, d, 0x5140);
+    const uint32_t t2 = __byte_perm(a, b, 0x7362), t3 = __byte_perm(c, d, 0x7362);
+    o[0] = __byte_perm(t0, t1, 0x5410);
+    o[1] = __byte_perm(t0, t1, 0x7632);
+    o[2] = __byte_perm(t2, t3, 0x5410);
+    o[3] = __byte_perm(t2, t3, 0x7632);
+}
+
+/* One item's MMAs and its partial sums into row `slab` of part (pitch hp floats). hb: h's terms,
+ * term t of unit u at hb[t * hu + u]. */
+__device__ __forceinline__ void mdn_item(const uint2 (&w)[8], const uint8_t *hb, uint32_t hu, uint32_t it,
+                                         uint32_t nch, uint32_t dpitch_b, float *part, uint32_t hp) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const uint32_t sl = it / nch, col = (it % nch) * 64 + 8 * g;
+    const uint8_t *hq = hb + (size_t)g * hu + sl * 32 + 4 * c;
+    const uint32_t b0 = *(const uint32_t *)hq, b1 = *(const uint32_t *)(hq + 16);
+    float d[4][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* columns 4h..4h+3 of the lane's 8 */
+        uint32_t p[4], q[4];
+        bytes_4x4(h ? w[0].y : w[0].x, h ? w[1].y : w[1].x, h ? w[2].y : w[2].x, h ? w[3].y : w[3].x, p);
+        bytes_4x4(h ? w[4].y : w[4].x, h ? w[5].y : w[5].x, h ? w[6].y : w[6].x, h ? w[7].y : w[7].x, q);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float(&di)[4] = d[2 * h + i];
+            di[0] = di[1] = di[2] = di[3] = 0.0f;
+            mma_e4m3(di, p[2 * i], p[2 * i + 1], q[2 * i], q[2 * i + 1], b0, b1);
+        }
+    }
+    const float w0 = __int_as_float((127 - 8 * c) << 23), w1 = w0 * 0.0625f;
+    float v[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i][0] = d[i][0] * w0 + d[i][1] * w1;
+        v[i][1] = d[i][2] * w0 + d[i][3] * w1;
+    }
+    const bool ha = c & 2, hb1 = c & 1;
+    float k[2][2], f[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            k[i][e] = (ha ? v[2 + i][e] : v[i][e]) + __shfl_xor_sync(0xffffffffu, ha ? v[i][e] : v[2 + i][e], 2);
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        f[e] = (hb1 ? k[1][e] : k[0][e]) + __shfl_xor_sync(0xffffffffu, hb1 ? k[0][e] : k[1][e], 1);
+    if (col < dpitch_b) *(float2 *)&part[(size_t)sl * hp + col + 2 * c] = make_float2(f[0], f[1]);
+}
+
+/* h's eight E4M3 terms (by the block's max |h|, as x's) for units [0, hu), zero from nu; returns
+ * 1 / the scale. */
+__device__ __forceinline__ float mdn_stage_h(const float *hs, uint32_t nu, uint32_t hu, uint8_t *hb, float *red) {
+    float mx = 0.0f;
+    for (uint32_t u = threadIdx.x; u < nu; u += blockDim.x) mx = fmaxf(mx, fabsf(hs[u]));
+    mx = block_max(mx, red);
+    int e = 0;
+    if (mx > 0.0f && isfinite(mx)) e = min(max(7 - ilogbf(mx), -120), 120);
+    const float sc = ldexpf(1.0f, e);
+    for (uint32_t u = threadIdx.x; u < hu; u += blockDim.x) e4m3_terms(u < nu ? hs[u] * sc : 0.0f, hb + u, hu);
+    __syncthreads();
+    return ldexpf(1.0f, -e);
+}
+
+/* Floats of shared memory after h_off: h of `units` units, and with MD (down on E4M3 MMAs) h's
+ * terms, 8 bytes a unit in slabs of 32. */
+__host__ __device__ __forceinline__ uint32_t mlp_h_floats(bool md, uint32_t units) {
+    return md ? (units + 3) / 4 * 4 + (units + 31) / 32 * 64 : units;
+}
+
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; HB: 16-byte vectors per lane and row
  * in a gate/up load batch; NB: down rows per thread in each of the two batches in flight; VPT:
  * 16-byte vectors of a down row per thread (1 or 2). The kernels below choose HB and NB for
  * their register bounds. */
 template <int DTG, int DTD, int NW, int HB, int NB, int VPT, int MMA = 0, int PF = 4>
 __device__ __forceinline__ void mlp_body(const mlp_args &a) {
+    constexpr int MG = MMA & 3;                                 /* gate/up: 0 F32, 1 F16/BF16 terms, 2 E4M3 */
+    constexpr bool MD = (MMA & 4) && DTD == THIN_DTYPE_F8_E4M3; /* down on E4M3 MMAs */
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     pdl_trigger();
@@ -290,15 +401,15 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range (with MMA, the
      * items w, w + NW, ... of the block's tiles and segments) */
     uint32_t j = threadIdx.x >> 5;
-    uint4 w[2][MMA ? 1 : HB];
+    uint4 w[2][MG ? 1 : HB];
     const uint4 *rows[2];
     mv_epi<2> e;
-    uint4 wg[MMA ? PF : 1], wu[MMA ? PF : 1];
+    uint4 wg[MG ? PF : 1], wu[MG ? PF : 1];
     mma_cur cl, cu;
     const uint32_t pitch_b = m.seg[0].w.pitch / vec_of<DTG>::epv * 16, nkb = mma_nkb(pitch_b);
-    const uint32_t nseg = MMA ? a.mma_seg : 1, kps = (nkb + nseg - 1) / nseg, items = (nu + 7) / 8 * nseg;
-    float *pb = xs + m.seg[0].w.pitch + mma_terms_floats(MMA, nkb); /* MMA: the items' partial sums */
-    if constexpr (MMA) { /* the first PF steps' weights, before the wait */
+    const uint32_t nseg = MG ? a.mma_seg : 1, kps = (nkb + nseg - 1) / nseg, items = (nu + 7) / 8 * nseg;
+    float *pb = xs + m.seg[0].w.pitch + mma_terms_floats(MG, nkb); /* MMA: the items' partial sums */
+    if constexpr (MG) { /* the first PF steps' weights, before the wait */
         cl.q = 0;
         mma_cur_item<NW>(cl, items, nseg, kps, nkb);
 #pragma unroll
@@ -324,9 +435,9 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         target = (prev / gridDim.x + 1) * gridDim.x;
     }
     float inv_s = 1.0f;
-    if constexpr (MMA) {
+    if constexpr (MG) {
         float *xh = xs + m.seg[0].w.pitch;
-        inv_s = mma_stage_x<DTG, MMA>(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
+        inv_s = mma_stage_x<DTG, MG>(xs, m.seg[0].w.cols, m.seg[0].w.pitch, nkb, xh, red);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         cu.q = 0;
         mma_cur_item<NW>(cu, items, nseg, kps, nkb);
@@ -334,12 +445,12 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 #pragma unroll
             for (int k = 0; k < PF; k++) {
                 if (!cu.ok) break;
-                mma_step<DTG, MMA>(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
+                mma_step<DTG, MG>(d, wg[k], wu[k], (const uint4 *)xh, cu.kb0 + cu.off, nkb);
                 mma_load(m, u0, nu, cl, pitch_b, wg[k], wu[k]);
                 if (cl.ok) mma_cur_next<NW>(cl, items, nseg, kps, nkb);
                 if (cu.off + 1 >= cu.kbn) { /* the item's last step: its sums out */
                     float sg = d[0] + d[1], su = d[2] + d[3];
-                    if constexpr (MMA == 2) { /* terms 2c and 2c + 1 in lane c, weighed 16^-t */
+                    if constexpr (MG == 2) { /* terms 2c and 2c + 1 in lane c, weighed 16^-t */
                         const float w0 = __int_as_float((127 - 8 * (lane & 3)) << 23), w1 = w0 * 0.0625f;
                         sg = d[0] * w0 + d[1] * w1;
                         su = d[2] * w0 + d[3] * w1;
@@ -423,10 +534,19 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
             }
         }
     };
-    /* two batches in flight: each is refilled as soon as it is used */
-    load_d(0, da);
-    load_d(NB, db);
-    if constexpr (MMA) { /* the items' sums in a fixed order into h */
+    /* two batches in flight: each is refilled as soon as it is used (MD: DBUF items a warp) */
+    const uint32_t nch = (dpitch_b + 63) / 64, nsl = (nu + 31) / 32, ditems = nch * nsl;
+    const uint32_t dit = threadIdx.x >> 5;
+    constexpr int DBUF = MD && PF >= 4 ? 2 : 1; /* MD: items in flight a warp (one in 64 registers) */
+    uint2 dw[DBUF][8];
+    if constexpr (MD) {
+#pragma unroll
+        for (int b = 0; b < DBUF; b++) mdn_load(dbase, dpitch_b, nu, dit + b * NW, nch, ditems, dw[b]);
+    } else {
+        load_d(0, da);
+        load_d(NB, db);
+    }
+    if constexpr (MG) { /* the items' sums in a fixed order into h */
         __syncthreads();
         for (uint32_t jj = threadIdx.x; jj < nu; jj += blockDim.x) {
             const float *q = pb + (size_t)(jj / 8) * nseg * 16 + jj % 8;
@@ -439,18 +559,34 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     }
     __syncthreads(); /* h complete; x no longer needed */
     if (threadIdx.x == 0) kt.mark(1);
-    for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += 2 * NB) {
-        use_d(k0, da);
-        load_d(k0 + 2 * NB, da);
-        use_d(k0 + NB, db);
-        load_d(k0 + 3 * NB, db);
-    }
-
-    /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
     float *part = sm;
     const uint32_t hp = a.down.pitch;
+    float inv_h = 1.0f;
+    if constexpr (MD) { /* the items' sums go into part (over x) as they are done, a row a slab */
+        const uint32_t hu = (a.units + 31) / 32 * 32;
+        uint8_t *hb = (uint8_t *)(hs + (a.units + 3) / 4 * 4);
+        inv_h = mdn_stage_h(hs, nu, hu, hb, red);
+        for (uint32_t it = dit; it < ditems; it += DBUF * NW) {
 #pragma unroll
-    for (int v = 0; v < VPT; v++) {
+            for (int b = 0; b < DBUF; b++) {
+                const uint32_t ib = it + b * NW;
+                if (ib >= ditems) break;
+                mdn_item(dw[b], hb, hu, ib, nch, dpitch_b, part, hp);
+                mdn_load(dbase, dpitch_b, nu, ib + DBUF * NW, nch, ditems, dw[b]);
+            }
+        }
+    } else {
+        for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += 2 * NB) {
+            use_d(k0, da);
+            load_d(k0 + 2 * NB, da);
+            use_d(k0 + NB, db);
+            load_d(k0 + 3 * NB, db);
+        }
+    }
+
+    /* 3. the groups' (MD: the slabs') sums through shared memory (over x), scaled, into the residual */
+#pragma unroll
+    for (int v = 0; v < (MD ? 0 : VPT); v++) {
         const uint32_t vi = t + v * tpr;
         if (vi < nvd) {
 #pragma unroll
@@ -473,10 +609,11 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
         const uint32_t c = 4 * (i + rot < n4 ? i + rot : i + rot - n4);
         float4 s = *(const float4 *)&part[c];
-        for (uint32_t g = 1; g < G; g++) {
+        for (uint32_t g = 1; g < (MD ? nsl : G); g++) {
             const float4 q = *(const float4 *)&part[g * hp + c];
             s.x += q.x, s.y += q.y, s.z += q.z, s.w += q.w;
         }
+        if constexpr (MD) s.x *= inv_h, s.y *= inv_h, s.z *= inv_h, s.w *= inv_h;
         if (DTD == THIN_DTYPE_F8_E4M3 && a.down.scale) {
             const float *sc = a.down.scale + c;
             s.x *= sc[0];
@@ -566,8 +703,9 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     const uint32_t G = NW * 32 / tpr;
     /* shared memory: x (then the groups' partial sums), then h of the block's units */
     uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
-    if constexpr (MMA) { /* and x's F16 terms and the items' sums, at most MLP_MMA_ITEMS a warp */
-        const uint32_t mf = mma_smem_floats(MMA, a.mv.seg[0].w.pitch,
+    constexpr bool MD = (MMA & 4) && DTD == THIN_DTYPE_F8_E4M3;
+    if constexpr ((MMA & 3) != 0) { /* and x's terms and the items' sums, at most MLP_MMA_ITEMS a warp */
+        const uint32_t mf = mma_smem_floats(MMA & 3, a.mv.seg[0].w.pitch,
                                             a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, 8, MLP_MMA_ITEMS * NW);
         if (mf > xfl) xfl = mf;
     }
@@ -575,7 +713,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     a.h_off = (xfl + 3) / 4 * 4;
     int per_sm = 0;
     /* the occupancy for the largest units per block this launch may use, then the units */
-    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
+    size_t smem = ((size_t)a.h_off + mlp_h_floats(MD, inter)) * sizeof(float);
     if (smem > 48 * 1024 - 256) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(smem < 200 * 1024 ? smem : 200 * 1024));
@@ -598,7 +736,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         units = (inter + use - 1) / use;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
-        smem = ((size_t)a.h_off + units) * sizeof(float);
+        smem = ((size_t)a.h_off + mlp_h_floats(MD, units)) * sizeof(float);
         int fit = 0;
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
         if (e != cudaSuccess) return e;
@@ -608,10 +746,13 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
-    if constexpr (MMA) {
+    if constexpr (MD) /* the slabs' partial sums must fit over x (as the groups' do) */
+        if ((size_t)(units + 31) / 32 * dpitch > a.h_off)
+            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, MMA & 3>(in, n_sm, st);
+    if constexpr ((MMA & 3) != 0) {
         a.mma_seg = mma_segments(units, a.mv.seg[0].w.pitch / vec_of<DTG>::epv * 16, NW);
         if (!a.mma_seg) /* more tiles a block than the items' shared memory holds: the FP32 path */
-            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, 0>(in, n_sm, st);
+            return launch_m<DTG, DTD, NW, MINB, VPT, MAXR, MMA & 4>(in, n_sm, st);
     }
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
@@ -629,8 +770,8 @@ static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     return cudaErrorInvalidValue;
 }
 
-template <int DTG, int DTD>
-static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
+template <int DTG, int DTD, int MD>
+static cudaError_t launch_dd2(const mlp_args *a, int n_sm, cudaStream_t st) {
     /* FP8 gate/up: one block of 24 warps per SM. The hardware puts blocks where they fit first,
      * so blocks of 8 warps pile three to an SM on the SMs that the previous kernel left free while
      * others get one or none; one block per SM gives every SM the same share (on the H200 with
@@ -658,25 +799,33 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
     if constexpr (DTG == THIN_DTYPE_F8_E4M3)
         if (thin_cuda_mlp_mma & 4) { /* FP8 gate/up on E4M3 tensor cores */
-            if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 2>(a, n_sm, st);
-            if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 2>(a, n_sm, st);
-            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 2>(a, n_sm, st);
+            if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 2 + MD>(a, n_sm, st);
+            if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 2 + MD>(a, n_sm, st);
+            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 2 + MD>(a, n_sm, st);
         }
     if (thin_cuda_mlp_mma & (DTG == THIN_DTYPE_F8_E4M3 ? 1 : 2)) { /* gate/up on tensor cores */
-        if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 1>(a, n_sm, st);
-        if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 1>(a, n_sm, st);
+        if (slim == 24) return launch_dw<DTG, DTD, 24, 64, 1 + MD>(a, n_sm, st);
+        if (slim == 16) return launch_dw<DTG, DTD, 16, 96, 1 + MD>(a, n_sm, st);
         if constexpr (DTG == THIN_DTYPE_F8_E4M3)
-            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 1>(a, n_sm, st);
+            if (slim == 0 && warps24) return launch_dw<DTG, DTD, 24, 0, 1 + MD>(a, n_sm, st);
     }
-    if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
-    if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
+    if (slim == 24) return launch_dw<DTG, DTD, 24, 64, MD>(a, n_sm, st);
+    if (slim == 16) return launch_dw<DTG, DTD, 16, 96, MD>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
-        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
-        if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);
+        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16, 0, MD>(a, n_sm, st);
+        if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24, 0, MD>(a, n_sm, st);
     } else {
-        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
+        if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16, 0, MD>(a, n_sm, st);
     }
-    return launch_dw<DTG, DTD, MV_WARPS>(a, n_sm, st);
+    return launch_dw<DTG, DTD, MV_WARPS, 0, MD>(a, n_sm, st);
+}
+
+/* THIN_CUDA_MLP_MMA & 8: FP8 down on E4M3 tensor cores (MD = 4 in the kernels' MMA) */
+template <int DTG, int DTD>
+static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
+    if constexpr (DTD == THIN_DTYPE_F8_E4M3)
+        if (thin_cuda_mlp_mma & 8) return launch_dd2<DTG, DTD, 4>(a, n_sm, st);
+    return launch_dd2<DTG, DTD, 0>(a, n_sm, st);
 }
 
 cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
