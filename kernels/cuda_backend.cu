@@ -359,8 +359,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24, 16 or 0: slim MLP blocks, see mlp.cu */
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : -1;
-    const char *mma = getenv("THIN_CUDA_MLP_MMA"); /* gate/up on tensor cores: 1 FP8, 2 BF16, 3 both, 4 FP8 on E4M3 MMAs; + 8: FP8 down on E4M3 MMAs; see mlp.cu */
-    thin_cuda_mlp_mma = mma && *mma ? atoi(mma) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

@@ -935,38 +935,6 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MV_SMEM");
-    /* gate/up on tensor cores (FP8: x as two F16 terms; BF16: three BF16 terms): in the slim
-     * blocks of 24 warps they take by default, in slim blocks of 16, and FP8 in the block of 24
-     * warps at 80 registers */
-    setenv("THIN_CUDA_MLP_MMA", "3", 1);
-    run_all("MLP kernel, gate/up on tensor cores: ");
-    setenv("THIN_CUDA_MLP_SLIM", "16", 1);
-    run_all("MLP kernel, gate/up on tensor cores, slim 16-warp blocks: ");
-    setenv("THIN_CUDA_MLP_MMA", "1", 1);
-    setenv("THIN_CUDA_MLP_SLIM", "0", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 in 80-register blocks: ");
-    /* FP8 gate/up on E4M3 MMAs (x as eight E4M3 terms; BF16 on its MMAs beside it), in each block */
-    unsetenv("THIN_CUDA_MLP_SLIM");
-    setenv("THIN_CUDA_MLP_MMA", "6", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3: ");
-    setenv("THIN_CUDA_MLP_MMA", "4", 1);
-    setenv("THIN_CUDA_MLP_SLIM", "16", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3, slim 16-warp blocks: ");
-    setenv("THIN_CUDA_MLP_SLIM", "0", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3 in 80-register blocks: ");
-    /* FP8 down on E4M3 MMAs (h as eight E4M3 terms): with everything else on tensor cores, alone
-     * in the 80-register block, with E4M3 gate/up in slim 16-warp blocks */
-    unsetenv("THIN_CUDA_MLP_SLIM");
-    setenv("THIN_CUDA_MLP_MMA", "14", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3, down too: ");
-    setenv("THIN_CUDA_MLP_MMA", "8", 1);
-    setenv("THIN_CUDA_MLP_SLIM", "0", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 down alone as E4M3 in 80-register blocks: ");
-    setenv("THIN_CUDA_MLP_MMA", "12", 1);
-    setenv("THIN_CUDA_MLP_SLIM", "16", 1);
-    run_all("MLP kernel, gate/up on tensor cores, FP8 as E4M3, down too, slim 16-warp blocks: ");
-    unsetenv("THIN_CUDA_MLP_SLIM");
-    unsetenv("THIN_CUDA_MLP_MMA");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
