@@ -1,0 +1,33 @@
+#!/bin/sh
+# Copies the shared libraries that a build's binaries load into .carry/lib, for running them on a
+# machine that lacks some of those libraries (a bare GPU machine without libarchive, cmocka or
+# libutf8proc, say): the GPU benchmarks (bench-gpu.sh, decode-variants.sh, prefill-variants.sh,
+# kernel-times.sh, report.sh) put .carry/lib first on LD_LIBRARY_PATH when it exists.
+#
+#   bench/carry-libs.sh [B]    (B: the build folder, default build; reads B/bin and B/tests/cuda)
+#
+# The C and C++ runtimes, the dynamic loader and the CUDA driver stay out: they belong to the
+# machine. Prints each library copied; exits non-zero when a binary names a library ldd cannot find.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=${1:-build}
+mkdir -p .carry/lib || exit 1
+bins=$(for f in "$B"/bin/* "$B"/tests/cuda/test_*; do
+    [ -f "$f" ] && [ -x "$f" ] && case "$f" in *.o|*.d) ;; *) echo "$f" ;; esac
+done)
+[ -n "$bins" ] || { echo "carry-libs: $B: no binaries in $B/bin or $B/tests/cuda" >&2; exit 1; }
+rc=0
+for f in $bins; do
+    missing=$(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 == "not" {print $1}')
+    for m in $missing; do echo "carry-libs: $f: $m not found" >&2; rc=1; done
+done
+for f in $bins; do
+    ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+    case "$name" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) continue ;;
+    esac
+    [ -f ".carry/lib/$name" ] && cmp -s "$path" ".carry/lib/$name" && continue
+    cp -L "$path" ".carry/lib/$name" && echo "$name"
+done
+exit $rc
