@@ -6,16 +6,18 @@
 #
 #   bench/carry-libs.sh [B]    (B: the build folder, default build; reads B/bin and B/tests/cuda)
 #
+# CARRY_DIR names another destination (default .carry/lib, from the repository root).
 # The C and C++ runtimes, the dynamic loader and the CUDA driver stay out: they belong to the
 # machine. Prints each library copied; exits non-zero when a binary names a library ldd cannot find.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}
-mkdir -p .carry/lib || exit 1
+D=${CARRY_DIR:-.carry/lib}
 bins=$(for f in "$B"/bin/* "$B"/tests/cuda/test_*; do
     [ -f "$f" ] && [ -x "$f" ] && case "$f" in *.o|*.d) ;; *) echo "$f" ;; esac
 done)
 [ -n "$bins" ] || { echo "carry-libs: $B: no binaries in $B/bin or $B/tests/cuda" >&2; exit 1; }
+mkdir -p "$D" || exit 1
 rc=0
 for f in $bins; do
     missing=$(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 == "not" {print $1}')
@@ -27,7 +29,7 @@ done | sort -u | while read -r name path; do
     case "$name" in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) continue ;;
     esac
-    [ -f ".carry/lib/$name" ] && cmp -s "$path" ".carry/lib/$name" && continue
-    cp -L "$path" ".carry/lib/$name" && echo "$name"
+    [ -f "$D/$name" ] && cmp -s "$path" "$D/$name" && continue
+    cp -L "$path" "$D/$name" && echo "$name"
 done
 exit $rc
