@@ -18,14 +18,12 @@ bins=$(for f in "$B"/bin/* "$B"/tests/cuda/test_*; do
 done)
 [ -n "$bins" ] || { echo "carry-libs: $B: no binaries in $B/bin or $B/tests/cuda" >&2; exit 1; }
 mkdir -p "$D" || exit 1
+# one ldd a binary, each line led by the binary's path
+listing=$(for f in $bins; do ldd "$f" 2>/dev/null | sed "s|^|$f |"; done)
+missing=$(printf '%s\n' "$listing" | awk '$3 == "=>" && $4 == "not" {print "carry-libs: " $1 ": " $2 " not found"}')
 rc=0
-for f in $bins; do
-    missing=$(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 == "not" {print $1}')
-    for m in $missing; do echo "carry-libs: $f: $m not found" >&2; rc=1; done
-done
-for f in $bins; do
-    ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
-done | sort -u | while read -r name path; do
+[ -z "$missing" ] || { printf '%s\n' "$missing" >&2; rc=1; }
+printf '%s\n' "$listing" | awk '$3 == "=>" && $4 ~ /^\// {print $2, $4}' | sort -u | while read -r name path; do
     case "$name" in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) continue ;;
     esac
