@@ -523,9 +523,6 @@ struct mlp_args {
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
     int next_smem;       /* the q/k/v launch after it takes its rows from shared memory: FP8
                           * gate/up then run in the slim block, which leaves room beside it */
-    uint32_t depth;      /* set by the launcher: vectors in flight a thread in the streamed form
-                          * (THIN_CUDA_MLP_CPA), 0 otherwise */
-    uint32_t ring_off;   /* set by the launcher: floats of shared memory before that form's ring */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -575,9 +572,6 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * 96 registers a thread; 0: no slim block; -1 (unset): the launcher's choice (launch_dd in mlp.cu:
  * 24 for BF16 gate/up unless THIN_CUDA_MLP_WARPS is 8 or 16). */
 extern int thin_cuda_mlp_slim;
-/* THIN_CUDA_MLP_CPA=D (2..8): the MLP kernel's streamed form (mlp_body_cpa in mlp.cu), D 16-byte
- * vectors in flight a thread through shared memory; 0 (unset): off. */
-extern int thin_cuda_mlp_cpa;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

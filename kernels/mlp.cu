@@ -31,7 +31,6 @@
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 int thin_cuda_mlp_slim = -1;
-int thin_cuda_mlp_cpa = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -52,78 +51,6 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
             f[4 * j + 3] = fh.y;
         }
     }
-}
-
-/* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
- * (the same grid every launch of a step), so the count this launch's blocks wait for follows from
- * the value before this block's increment; no block resets it, so no block waits for a returning
- * atomic at its end. Thread 0's return: the count mlp_add waits for. */
-__device__ __forceinline__ unsigned long long mlp_staged(const mlp_args &a) {
-    unsigned long long target = 0;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long prev = atomicAdd(a.count, 1ull);
-        target = (prev / gridDim.x + 1) * gridDim.x;
-    }
-    return target;
-}
-
-/* 3. the groups' sums (acc: this thread's, of vectors t + v·tpr of its group gi) through shared
- * memory (part, over x or the ring), scaled (FP8 down: per output column), into the residual once
- * every block has read it (the counter reaches target). */
-template <int DTD, int VPT>
-__device__ __forceinline__ void mlp_add(const mlp_args &a, float (&acc)[VPT][vec_of<DTD>::epv], float *part,
-                                        unsigned long long target, ktrace &kt) {
-    constexpr uint32_t EPD = vec_of<DTD>::epv;
-    const uint32_t inter = a.mv.seg[0].w.rows;
-    const uint32_t tpr = a.tpr, G = blockDim.x / tpr;
-    const uint32_t gi = threadIdx.x / tpr, t = threadIdx.x % tpr;
-    const uint32_t nvd = a.down.pitch / EPD;
-    const uint32_t hp = a.down.pitch;
-#pragma unroll
-    for (int v = 0; v < VPT; v++) {
-        const uint32_t vi = t + v * tpr;
-        if (vi < nvd) {
-#pragma unroll
-            for (int i = 0; i < (int)EPD; i += 4)
-                *(float4 *)&part[gi * hp + vi * EPD + i] =
-                    make_float4(acc[v][i], acc[v][i + 1], acc[v][i + 2], acc[v][i + 3]);
-        }
-    }
-    if (threadIdx.x == 0) { /* every block has read the residual: ours may now be added */
-        kt.mark(2);
-        while (ld_acquire64(a.count) < target) __nanosleep(64);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) kt.mark(3);
-    const uint32_t hidden = a.down.rows, n4 = (hidden + 3) / 4;
-    const bool vec = ((uintptr_t)a.resid & 15) == 0;
-    /* each block starts at another column, so that the blocks' atomics spread over L2's lines
-     * instead of queueing on the same ones */
-    const uint32_t rot = (uint32_t)(((uint64_t)blockIdx.x * 97u) % n4);
-    for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
-        const uint32_t c = 4 * (i + rot < n4 ? i + rot : i + rot - n4);
-        float4 s = *(const float4 *)&part[c];
-        for (uint32_t g = 1; g < G; g++) {
-            const float4 q = *(const float4 *)&part[g * hp + c];
-            s.x += q.x, s.y += q.y, s.z += q.z, s.w += q.w;
-        }
-        if (DTD == THIN_DTYPE_F8_E4M3 && a.down.scale) {
-            const float *sc = a.down.scale + c;
-            s.x *= sc[0];
-            if (c + 1 < hidden) s.y *= sc[1];
-            if (c + 2 < hidden) s.z *= sc[2];
-            if (c + 3 < hidden) s.w *= sc[3];
-        }
-        if (c + 3 < hidden) {
-            atomic_add4(a.resid + c, s, vec);
-        } else {
-            atomicAdd(a.resid + c, s.x);
-            if (c + 1 < hidden) atomicAdd(a.resid + c + 1, s.y);
-            if (c + 2 < hidden) atomicAdd(a.resid + c + 2, s.z);
-        }
-    }
-    if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
 }
 
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; HB: 16-byte vectors per lane and row
@@ -158,7 +85,16 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
     }
     wait_and_stage<DTG>(xs, m, red, kt);
-    const unsigned long long target = mlp_staged(a);
+    /* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
+     * (the same grid every launch of a step), so the count this launch's blocks wait for follows
+     * from the value before this block's increment; no block resets it, so no block waits for a
+     * returning atomic at its end. */
+    unsigned long long target = 0;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned long long prev = atomicAdd(a.count, 1ull);
+        target = (prev / gridDim.x + 1) * gridDim.x;
+    }
     for (; j < nu; j += NW) {
         float acc[2] = {0.0f, 0.0f};
         use_batch<DTG, 2, HB>(w, lane, nvec, xs, acc);
@@ -231,7 +167,53 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         load_d(k0 + 3 * NB, db);
     }
 
-    mlp_add<DTD, VPT>(a, acc, sm, target, kt);
+    /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
+    float *part = sm;
+    const uint32_t hp = a.down.pitch;
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        const uint32_t vi = t + v * tpr;
+        if (vi < nvd) {
+#pragma unroll
+            for (int i = 0; i < (int)EPD; i += 4)
+                *(float4 *)&part[gi * hp + vi * EPD + i] =
+                    make_float4(acc[v][i], acc[v][i + 1], acc[v][i + 2], acc[v][i + 3]);
+        }
+    }
+    if (threadIdx.x == 0) { /* every block has read the residual: ours may now be added */
+        kt.mark(2);
+        while (ld_acquire64(a.count) < target) __nanosleep(64);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) kt.mark(3);
+    const uint32_t hidden = a.down.rows, n4 = (hidden + 3) / 4;
+    const bool vec = ((uintptr_t)a.resid & 15) == 0;
+    /* each block starts at another column, so that the blocks' atomics spread over L2's lines
+     * instead of queueing on the same ones */
+    const uint32_t rot = (uint32_t)(((uint64_t)blockIdx.x * 97u) % n4);
+    for (uint32_t i = threadIdx.x; i < n4; i += blockDim.x) {
+        const uint32_t c = 4 * (i + rot < n4 ? i + rot : i + rot - n4);
+        float4 s = *(const float4 *)&part[c];
+        for (uint32_t g = 1; g < G; g++) {
+            const float4 q = *(const float4 *)&part[g * hp + c];
+            s.x += q.x, s.y += q.y, s.z += q.z, s.w += q.w;
+        }
+        if (DTD == THIN_DTYPE_F8_E4M3 && a.down.scale) {
+            const float *sc = a.down.scale + c;
+            s.x *= sc[0];
+            if (c + 1 < hidden) s.y *= sc[1];
+            if (c + 2 < hidden) s.z *= sc[2];
+            if (c + 3 < hidden) s.w *= sc[3];
+        }
+        if (c + 3 < hidden) {
+            atomic_add4(a.resid + c, s, vec);
+        } else {
+            atomicAdd(a.resid + c, s.x);
+            if (c + 1 < hidden) atomicAdd(a.resid + c + 1, s.y);
+            if (c + 2 < hidden) atomicAdd(a.resid + c + 2, s.z);
+        }
+    }
+    if (threadIdx.x == 0) kt.end(TRACE_MLP | inter << 8, 4);
 }
 
 /* The registers' bound by MINB, the blocks per SM they must allow (FP8 gate/up: 24 warps per SM,
@@ -254,144 +236,6 @@ __global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_slim_kernel(const mlp_args a) {
     mlp_body<DTG, DTD, NW, HB, NB, VPT>(a);
 }
 
-/* cp.async.wait_group for a depth known only at run time (uniform across the block). */
-__device__ __forceinline__ void cpa_wait_depth(uint32_t d) {
-    switch (d) {
-    case 2: gm_wait<1>(); break;
-    case 3: gm_wait<2>(); break;
-    case 4: gm_wait<3>(); break;
-    case 5: gm_wait<4>(); break;
-    case 6: gm_wait<5>(); break;
-    case 7: gm_wait<6>(); break;
-    default: gm_wait<7>(); break;
-    }
-}
-
-/* The streamed form (THIN_CUDA_MLP_CPA=D): the same units, order of sums and residual add as
- * mlp_body, but every thread streams its 16-byte weight vectors (its warp's gate and up rows,
- * then its own down vectors) through a ring of D + 1 slots of its own in shared memory with
- * cp.async, D vectors in flight at all times: a thread reads back only what it copied, so no
- * barrier guards the ring, and a vector is requested D vectors before its use across the unit,
- * row and phase boundaries (the down rows' first requests go out while gate/up still runs).
- * mlp_body holds its batches in registers, with nothing in flight while a warp computes a batch.
- * The first D vectors are requested before the wait for the previous kernel. */
-template <int DTG, int DTD, int NW, int VPT>
-__device__ __forceinline__ void mlp_body_cpa(const mlp_args &a) {
-    extern __shared__ __align__(16) float sm[];
-    __shared__ float red[32];
-    pdl_trigger();
-    ktrace kt;
-    kt.start();
-    constexpr uint32_t EPD = vec_of<DTD>::epv;
-    const mv_args &m = a.mv;
-    const uint32_t inter = m.seg[0].w.rows;
-    const uint32_t u0 = blockIdx.x * a.units;
-    const uint32_t nu = min(a.units, inter - u0);
-    float *xs = sm, *hs = sm + a.h_off;
-    uint4 *const ring = (uint4 *)(sm + a.ring_off) + threadIdx.x; /* slot s: ring[s * blockDim.x] */
-    const uint32_t D = a.depth, NT = blockDim.x;
-    const uint32_t lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const uint32_t nvec = m.seg[0].w.pitch / vec_of<DTG>::epv, vpr = (nvec + 31) / 32;
-    const uint32_t tpr = a.tpr, G = NT / tpr;
-    const uint32_t gi = threadIdx.x / tpr, t = threadIdx.x % tpr;
-    const uint32_t nvd = a.down.pitch / EPD;
-    const uint32_t dpitch_b = a.down.pitch * (DTD == THIN_DTYPE_F8_E4M3 ? 1 : 2);
-    const uint8_t *dbase = (const uint8_t *)a.down.data + (size_t)u0 * dpitch_b;
-
-    /* the request cursor: gate/up unit iu (row ir, this lane's vector ik of it), then down row id
-     * (vector iv of this thread's VPT) */
-    uint32_t iu = wid, ik = 0, ir = 0, id = gi, iv = 0, islot = 0, cslot = 0;
-    const uint4 *g_row = nullptr, *u_row = nullptr;
-    if (iu < nu) g_row = row_ptr(m.seg[0].w, u0 + iu), u_row = row_ptr(m.seg[1].w, u0 + iu);
-    auto request = [&]() {
-        uint4 *dst = ring + islot * NT;
-        if (iu < nu) {
-            const uint32_t v = lane + 32 * ik;
-            if (v < nvec) gm_cp16(dst, (ir ? u_row : g_row) + v);
-            if (++ir == 2) {
-                ir = 0;
-                if (++ik == vpr) {
-                    ik = 0;
-                    iu += NW;
-                    if (iu < nu) g_row = row_ptr(m.seg[0].w, u0 + iu), u_row = row_ptr(m.seg[1].w, u0 + iu);
-                }
-            }
-        } else if (id < nu) {
-            const uint32_t vi = t + iv * tpr;
-            if (vi < nvd) gm_cp16(dst, (const uint4 *)(dbase + (size_t)id * dpitch_b) + vi);
-            if (++iv == VPT) iv = 0, id += G;
-        }
-        gm_commit(); /* one group a vector, empty past the stream's end */
-        islot = islot == D ? 0 : islot + 1;
-    };
-    /* the next vector: its group is done once at most D - 1 later ones are pending; its slot is
-     * refilled D vectors on, one use later than it is read */
-    auto take = [&]() -> uint4 {
-        cpa_wait_depth(D);
-        const uint4 w = ring[cslot * NT];
-        cslot = cslot == D ? 0 : cslot + 1;
-        request();
-        return w;
-    };
-
-    for (uint32_t i = 0; i < D; i++) request();
-    mv_epi<2> e;
-    if (wid < nu && lane == 0) epi_weights<DTG, 2>(m, 0, u0 + wid, e);
-    wait_and_stage<DTG>(xs, m, red, kt);
-    const unsigned long long target = mlp_staged(a);
-
-    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range */
-    const uint32_t ps = nvec * 4;
-    for (uint32_t j = wid; j < nu; j += NW) {
-        const mv_epi<2> ce = e;
-        if (j + NW < nu && lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + NW, e);
-        float acc[2] = {0.0f, 0.0f};
-        for (uint32_t k = 0; k < vpr; k++) {
-            const uint32_t v = lane + 32 * k;
-            const uint4 wg = take();
-            const uint4 wu = take();
-            if (v < nvec) {
-                acc[0] += dot16<DTG>(wg, xs + 4 * v, ps);
-                acc[1] += dot16<DTG>(wu, xs + 4 * v, ps);
-            }
-        }
-        acc[0] = warp_sum(acc[0]);
-        acc[1] = warp_sum(acc[1]);
-        if (lane == 0) hs[j] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
-    }
-    if (threadIdx.x == 0) kt.mark(0);
-    __syncthreads(); /* h complete; x no longer needed */
-    if (threadIdx.x == 0) kt.mark(1);
-
-    /* 2. down: thread (group gi, t) takes vectors t (+ tpr) of rows gi, gi + G, ... */
-    float acc[VPT][EPD];
-#pragma unroll
-    for (int v = 0; v < VPT; v++)
-#pragma unroll
-        for (int i = 0; i < (int)EPD; i++) acc[v][i] = 0.0f;
-    for (uint32_t jj = gi; jj < nu; jj += G) {
-        const float h = hs[jj];
-#pragma unroll
-        for (int v = 0; v < VPT; v++) {
-            const uint4 d = take();
-            if (t + v * tpr < nvd) {
-                float f[EPD];
-                unpack16<DTD>(d, f);
-#pragma unroll
-                for (int i = 0; i < (int)EPD; i++) acc[v][i] = fmaf(h, f[i], acc[v][i]);
-            }
-        }
-    }
-    gm_wait<0>(); /* only empty groups are left; the ring is reused for the sums */
-    __syncthreads();
-    mlp_add<DTD, VPT>(a, acc, sm + a.ring_off, target, kt);
-}
-
-template <int DTG, int DTD, int NW, int MAXR, int VPT>
-__global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_cpa_kernel(const mlp_args a) {
-    mlp_body_cpa<DTG, DTD, NW, VPT>(a);
-}
-
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
     return trace_arm_here(recs, n, cap);
 }
@@ -412,14 +256,12 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0, bool CPA = false>
+template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
-    static_assert(!CPA || MAXR > 0, "the streamed form takes a register bound");
     mlp_args a = *in;
     void (*k)(const mlp_args);
-    if constexpr (CPA) k = mlp_cpa_kernel<DTG, DTD, NW, MAXR, VPT>;
-    else if constexpr (MAXR > 0) k = mlp_slim_kernel<DTG, DTD, NW, MAXR, VPT>;
+    if constexpr (MAXR > 0) k = mlp_slim_kernel<DTG, DTD, NW, MAXR, VPT>;
     else k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
@@ -427,26 +269,19 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     uint32_t tpr = 1;
     while (tpr < per) tpr *= 2;
     const uint32_t G = NW * 32 / tpr;
-    /* shared memory: x (then the groups' partial sums), then h of the block's units; in the
-     * streamed form x, h, then the ring (D + 1 slots of 16 bytes a thread; then the sums) */
-    const uint32_t sums = G * dpitch, pitch = a.mv.seg[0].w.pitch;
-    const uint32_t xfl = CPA || pitch > sums ? pitch : sums;
-    a.depth = CPA ? (uint32_t)thin_cuda_mlp_cpa : 0;
-    const uint32_t ringfl = CPA ? ((a.depth + 1) * NW * 32 * 4 > sums ? (a.depth + 1) * NW * 32 * 4 : sums) : 0;
+    /* shared memory: x (then the groups' partial sums), then h of the block's units */
+    const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
-    auto smem_of = [&](uint32_t u) -> size_t {
-        return (CPA ? ((size_t)a.h_off + u + 3) / 4 * 4 + ringfl : (size_t)a.h_off + u) * sizeof(float);
-    };
     int per_sm = 0;
     /* the occupancy for the largest units per block this launch may use, then the units */
-    size_t smem = smem_of(inter);
+    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
     if (smem > 48 * 1024 - 256) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(smem < 200 * 1024 ? smem : 200 * 1024));
         if (e != cudaSuccess) return e;
     }
-    const size_t smem_min = smem_of(NW);
+    size_t smem_min = ((size_t)a.h_off + NW) * sizeof(float);
     cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NW * 32, smem_min);
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
@@ -463,7 +298,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         units = (inter + use - 1) / use;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
-        smem = smem_of(units);
+        smem = ((size_t)a.h_off + units) * sizeof(float);
         int fit = 0;
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
         if (e != cudaSuccess) return e;
@@ -473,7 +308,6 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
-    a.ring_off = (a.h_off + units + 3) / 4 * 4;
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
 }
@@ -482,11 +316,11 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
  * BF16, in blocks of 8 warps or in one block; with MAXR, one slim block of NW warps within MAXR
  * registers. (NW * 32 must be a multiple of every power of two up to 256, the threads of a down
  * row.) */
-template <int DTG, int DTD, int NW, int MAXR = 0, bool CPA = false>
+template <int DTG, int DTD, int NW, int MAXR = 0>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     constexpr int MINB = MAXR > 0 ? 1 : (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
-    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR, CPA>(a, n_sm, st);
-    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2, MAXR, CPA>(a, n_sm, st);
+    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR>(a, n_sm, st);
+    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2, MAXR>(a, n_sm, st);
     return cudaErrorInvalidValue;
 }
 
@@ -514,7 +348,6 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
      * THIN_CUDA_MLP_WARPS=8: FP8 in blocks of 8 warps, BF16 in the blocks of 8 warps of before;
      * =16: either in 16; =24 (or unset): the 24 warps above for both. THIN_CUDA_MLP_SLIM=24 or 16:
      * either in one slim block of that many warps within 64 or 96 registers; =0: no slim block. */
-    if (thin_cuda_mlp_cpa > 0) return launch_dw<DTG, DTD, 24, 64, true>(a, n_sm, st);
     const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;

@@ -935,19 +935,6 @@ int main(void) {
         run_all(tag);
     }
     unsetenv("THIN_CUDA_MV_SMEM");
-    /* The MLP kernel's streamed form: each thread's weight vectors through a ring of its own in
-     * shared memory, 2 (the least) and 8 (the most) in flight; then with 8 units a block, where
-     * most warps take no gate/up unit and start on their down rows at once */
-    static const char *const cpa[] = {"2", "8"};
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_MLP_CPA", cpa[i], 1);
-        snprintf(tag, sizeof tag, "MLP kernel, streamed (%s): ", cpa[i]);
-        run_all(tag);
-    }
-    setenv("THIN_CUDA_MLP", "1,1,8", 1);
-    run_all("MLP kernel, streamed (8), 8 units: ");
-    unsetenv("THIN_CUDA_MLP");
-    unsetenv("THIN_CUDA_MLP_CPA");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
