@@ -31,6 +31,7 @@
 
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 int thin_cuda_mlp_slim = -1;
+int thin_cuda_mlp_split = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -73,15 +74,25 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     const int lane = threadIdx.x & 31;
     const uint32_t nvec = m.seg[0].w.pitch / vec_of<DTG>::epv;
 
-    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range */
-    uint32_t j = threadIdx.x >> 5;
+    /* 1. gate and up: warp w takes units w, w + NW, ... of the block's range, below full. With
+     * a.split (THIN_CUDA_MLP_SPLIT) the units left over, at most half as many as the warps, are
+     * cut in halves of whole load batches, half k of left-over unit i to warp 2i + k, so that
+     * every warp streams to the phase's end instead of half of them idling through the others'
+     * last unit; the halves' scaled sums meet in shared memory after it. */
+    const uint32_t wid = threadIdx.x >> 5, half = nvec / 2;
+    const bool split = a.split && nu % NW && 2 * (nu % NW) <= NW && half % (32 * HB) == 0;
+    const uint32_t full = split ? nu - nu % NW : nu;
+    /* whether this warp has a half (item wid of the left-over units' halves) */
+    const bool seg = wid < 2 * (nu - full);
+    uint32_t j = wid, vb = 0;
+    if (j >= full) j = seg ? full + wid / 2 : nu, vb = wid % 2 * half;
     uint4 w[2][HB];
     const uint4 *rows[2];
     mv_epi<2> e;
     if (j < nu) {
         rows[0] = row_ptr(m.seg[0].w, u0 + j);
         rows[1] = row_ptr(m.seg[1].w, u0 + j);
-        load_batch<2, HB>(w, rows, lane, nvec);
+        load_batch<2, HB>(w, rows, vb + lane, nvec);
         if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
     }
     wait_and_stage<DTG>(xs, m, red, kt);
@@ -95,23 +106,35 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         const unsigned long long prev = atomicAdd(a.count, 1ull);
         target = (prev / gridDim.x + 1) * gridDim.x;
     }
-    for (; j < nu; j += NW) {
+    while (j < nu) {
         float acc[2] = {0.0f, 0.0f};
-        use_batch<DTG, 2, HB>(w, lane, nvec, xs, acc);
-        for (uint32_t base = lane + 32 * HB; base < nvec; base += 32 * HB) {
+        use_batch<DTG, 2, HB>(w, vb + lane, nvec, xs, acc);
+        const uint32_t ve = j < full ? nvec : vb + half;
+        for (uint32_t base = vb + lane + 32 * HB; base < ve; base += 32 * HB) {
             load_batch<2, HB>(w, rows, base, nvec);
             use_batch<DTG, 2, HB>(w, base, nvec, xs, acc);
         }
         const mv_epi<2> ce = e;
-        if (j + NW < nu) {
-            rows[0] = row_ptr(m.seg[0].w, u0 + j + NW);
-            rows[1] = row_ptr(m.seg[1].w, u0 + j + NW);
-            load_batch<2, HB>(w, rows, lane, nvec);
-            if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j + NW, e);
+        const uint32_t jc = j;
+        if (j + NW < full) j += NW; /* the next item: a whole unit, the warp's half, or none */
+        else if (j < full && seg) j = full + wid / 2, vb = wid % 2 * half;
+        else j = nu;
+        if (j < nu) {
+            rows[0] = row_ptr(m.seg[0].w, u0 + j);
+            rows[1] = row_ptr(m.seg[1].w, u0 + j);
+            load_batch<2, HB>(w, rows, vb + lane, nvec);
+            if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
         }
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
-        if (lane == 0) hs[j] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
+        if (lane == 0) {
+            if (jc < full) {
+                hs[jc] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
+            } else { /* the half's scaled sums (two floats a warp past h) */
+                hs[a.units + 2 * wid] = acc[0] * ce.sc[0];
+                hs[a.units + 2 * wid + 1] = acc[1] * ce.sc[1];
+            }
+        }
     }
     if (threadIdx.x == 0) kt.mark(0);
 
@@ -158,7 +181,17 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     /* two batches in flight: each is refilled as soon as it is used */
     load_d(0, da);
     load_d(NB, db);
-    __syncthreads(); /* h complete; x no longer needed */
+    __syncthreads(); /* h complete but for the halved units; x no longer needed */
+    if (full < nu) { /* their halves' sums */
+        if (threadIdx.x < nu - full) {
+            const float *ps = hs + a.units;
+            float g, u;
+            const uint32_t i = 4 * threadIdx.x;
+            g = ps[i] + ps[i + 2], u = ps[i + 1] + ps[i + 3];
+            hs[full + threadIdx.x] = silu_f(g) * u;
+        }
+        __syncthreads();
+    }
     if (threadIdx.x == 0) kt.mark(1);
     for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += 2 * NB) {
         use_d(k0, da);
@@ -269,19 +302,20 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     uint32_t tpr = 1;
     while (tpr < per) tpr *= 2;
     const uint32_t G = NW * 32 / tpr;
-    /* shared memory: x (then the groups' partial sums), then h of the block's units */
+    /* shared memory: x (then the groups' partial sums), then h of the block's units, then the
+     * segments' sums (two floats a warp) */
     const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
     int per_sm = 0;
     /* the occupancy for the largest units per block this launch may use, then the units */
-    size_t smem = ((size_t)a.h_off + inter) * sizeof(float);
+    size_t smem = ((size_t)a.h_off + inter + 2 * NW) * sizeof(float);
     if (smem > 48 * 1024 - 256) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(smem < 200 * 1024 ? smem : 200 * 1024));
         if (e != cudaSuccess) return e;
     }
-    size_t smem_min = ((size_t)a.h_off + NW) * sizeof(float);
+    size_t smem_min = ((size_t)a.h_off + 3 * NW) * sizeof(float);
     cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NW * 32, smem_min);
     if (e != cudaSuccess) return e;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
@@ -298,7 +332,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         units = (inter + use - 1) / use;
         if (thin_cuda_mlp_units > 0) units = (uint32_t)thin_cuda_mlp_units;
         if ((inter + units - 1) / units > cap) units = (inter + cap - 1) / cap;
-        smem = ((size_t)a.h_off + units) * sizeof(float);
+        smem = ((size_t)a.h_off + units + 2 * NW) * sizeof(float);
         int fit = 0;
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, NW * 32, smem);
         if (e != cudaSuccess) return e;
@@ -365,6 +399,7 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
 cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
     mlp_args b = *in;
     b.mv.x4 = thin_cuda_mv_x4;
+    b.split = thin_cuda_mlp_split;
     const mv_args &m = b.mv;
     if (!b.down.trans || m.seg[0].w.dtype != m.seg[1].w.dtype ||
         !mlp_supported(m.seg[0].w.dtype, b.down.dtype, b.down.rows, m.seg[0].w.rows) ||
