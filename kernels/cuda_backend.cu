@@ -360,7 +360,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24, 16 or 0: slim MLP blocks, see mlp.cu */
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : -1;
     const char *msp = getenv("THIN_CUDA_MLP_SPLIT"); /* 1: the left-over units in segments, see mlp.cu */
-    thin_cuda_mlp_split = msp && *msp ? atoi(msp) != 0 : 0;
+    thin_cuda_mlp_split = msp && *msp ? atoi(msp) != 0 : 1;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

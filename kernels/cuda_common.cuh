@@ -523,8 +523,8 @@ struct mlp_args {
     uint32_t h_off;      /* set by the launcher: floats of shared memory before the h values */
     int next_smem;       /* the q/k/v launch after it takes its rows from shared memory: FP8
                           * gate/up then run in the slim block, which leaves room beside it */
-    int split;           /* the units left over after whole rounds of the warps cut into
-                          * segments, one a warp (THIN_CUDA_MLP_SPLIT; see mlp_body) */
+    int split;           /* BF16 gate/up: the units left over after whole rounds of the warps
+                          * cut in halves, one a warp (THIN_CUDA_MLP_SPLIT; see mlp_body) */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -574,7 +574,8 @@ extern int thin_cuda_mlp, thin_cuda_mlp_bps, thin_cuda_mlp_units, thin_cuda_mlp_
  * 96 registers a thread; 0: no slim block; -1 (unset): the launcher's choice (launch_dd in mlp.cu:
  * 24 for BF16 gate/up unless THIN_CUDA_MLP_WARPS is 8 or 16). */
 extern int thin_cuda_mlp_slim;
-/* THIN_CUDA_MLP_SPLIT=1: mlp_args.split for every MLP launch; 0 (unset): never. */
+/* THIN_CUDA_MLP_SPLIT=0: mlp_args.split never; 1 (unset): for every MLP launch (the kernel takes
+ * it for BF16 gate/up). */
 extern int thin_cuda_mlp_split;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
