@@ -50,6 +50,7 @@ namespace cg = cooperative_groups;
 int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
+int thin_cuda_ao_solo = 0; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)
@@ -120,6 +121,9 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
     uint8_t *ws = smb + L.w, *ks = smb + L.k, *vs = smb + L.v;
     float *qs = (float *)(smb + L.q), *red = (float *)(smb + L.red), *oh = (float *)(smb + L.oh);
     float *part = (float *)(smb + L.part), *ys = (float *)(smb + L.ys);
+    /* solo (attn_o_args.solo): the span is all cnt positions, so the block's partial is the head's
+     * output and the cluster's blocks do not meet */
+    const bool solo = !GL && cnt <= p.solo;
     kt.mark(0);
     /* the block's positions: warp w scores 32w .. 32w + 31 of its span, one lane each */
     const uint32_t nact = (len + 31) / 32;
@@ -172,7 +176,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
     float *pall = (float *)(smb + L.pall);
     /* PUSH: every block of the cluster has started (its arrival at the kernel's start), so its
      * shared memory may be written */
-    if constexpr (PUSH) cluster_wait();
+    if (PUSH && !solo) cluster_wait();
     /* the block's partial: its sums against its own max (an empty span: max -inf, sum 0); PUSH:
      * stored straight into every block's pall (an empty span's block stores nothing: the merge
      * reads the blocks with positions only) */
@@ -185,7 +189,11 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
             Ls += mlw[2 * k + 1] * f;
             o += red[k * HD + d] * f;
         }
-        if constexpr (PUSH) {
+        if (solo) {
+            const float v = o / Ls;
+            oh[x_index<WDT>(d, PS)] = v;
+            if (rank == 0) a.out[(size_t)h * HD + d] = v;
+        } else if constexpr (PUSH) {
             if (nact) {
 #pragma unroll
                 for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) {
@@ -213,13 +221,13 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
             while (ld_acquire64(sy.pcnt + h) < t) __nanosleep(20);
         }
         __syncthreads();
-    } else {
+    } else if (!solo) {
         cluster_arrive();
         cluster_wait(); /* every block's partial is ready */
     }
     /* the head's output from its blocks that have positions */
     const uint32_t n_act = (cnt + chunk - 1) / chunk;
-    for (uint32_t d = tid; d < HD; d += AO_THREADS) {
+    for (uint32_t d = tid; d < HD && !solo; d += AO_THREADS) {
         float mb[ATTN_O_CLUSTER], lb[ATTN_O_CLUSTER], ob[ATTN_O_CLUSTER];
 #pragma unroll
         for (uint32_t b = 0; b < ATTN_O_CLUSTER; b++) {
@@ -248,7 +256,7 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         oh[x_index<WDT>(d, PS)] = v;
         if (rank == 0) a.out[(size_t)h * HD + d] = v;
     }
-    if constexpr (!GL && !PUSH) cluster_arrive(); /* this block reads no other block's shared memory from here on */
+    if (!GL && !PUSH && !solo) cluster_arrive(); /* this block reads no other block's shared memory from here on */
     gm_wait<0>();
     __syncthreads();
     kt.mark(2);
@@ -274,7 +282,8 @@ __device__ __forceinline__ void ao_tail(const attn_o_args &p, const ao_layout &L
         atomic_add4(p.resid + r0 + 4 * tid, y);
     }
     if (tid == 0) kt.end(kind, 4);
-    if constexpr (!GL && !PUSH) cluster_wait(); /* no block leaves while another still reads its partial */
+    if (!GL && !PUSH && !solo) cluster_wait(); /* no block leaves while another still reads its partial */
+    if (PUSH && solo) cluster_wait(); /* pairs the arrival at the kernel's start (every block has long made it) */
 }
 
 /* Where a block of either kernel works: positions [start, end) of the token's cnt, which end at
@@ -293,7 +302,9 @@ __device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t ran
     const uint32_t first = GEN ? attn_first(s.npos, p.a.window) : 0;
     s.cnt = s.npos - first;
     s.chunk = (s.cnt + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
-    s.start = min(s.npos, first + rank * s.chunk);
+    const uint32_t pr = s.cnt <= p.solo ? 0 : rank; /* solo: every block all of them */
+    if (s.cnt <= p.solo) s.chunk = s.cnt;
+    s.start = min(s.npos, first + pr * s.chunk);
     s.end = min(s.npos, s.start + s.chunk);
     s.len = s.end - s.start;
     s.r0 = min(p.o.rows, rank * p.rows_per);

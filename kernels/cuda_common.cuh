@@ -793,6 +793,8 @@ struct attn_o_args {
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
     float *resid;        /* resid[r] += (o · attention)[r] */
     uint32_t rows_per;   /* set by the launcher: o rows per block (a multiple of 4) */
+    uint32_t solo;       /* a token whose positions number at most this (and a.chunk_max): every
+                            block takes all of them, and the cluster's blocks do not meet */
     rope_args r;         /* r.k NULL: q and the newest K/V row as the q/k/v step left them (rotated,
                             stored). Else the step's rope and KV store of the token, which the q/k/v
                             step's epilogue could not take (a head's norm needs the whole head:
@@ -811,6 +813,10 @@ extern int thin_cuda_attn_o;
  * cluster before one barrier; 0 (THIN_CUDA_AO_PUSH=0): each block reads the others' after it */
 extern int thin_cuda_ao_push;
 extern int thin_cuda_ao_gen; /* THIN_CUDA_AO_GEN=1: the attention + o kernel's general instance always */
+/* THIN_CUDA_AO_SOLO=N: decode tokens with at most N positions run the attention + o kernel with
+ * every block taking all of them (attn_o_args.solo; its shared memory then holds N positions a
+ * block); 0 (unset): never. */
+extern int thin_cuda_ao_solo;
 /* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
  * or FP8 stored as rows (not transposed) with rows a multiple of 4 and n_heads · head_dim columns,
  * whole KV groups. */

@@ -285,14 +285,18 @@ static int smem_block_max(cuda_session *s, size_t *out) {
 
 /* Marks every (attention, o + add) pair of steps for the attention + o kernel and sets the short
  * decode form's limit: positions below ATTN_O_CLUSTER × attn_o_chunk, from thin_cuda_attn_o,
- * within the context and what shared memory holds. */
+ * within the context and what shared memory holds. With thin_cuda_ao_solo the blocks hold that
+ * many positions (or as many as fit) for its solo tokens, the limit unchanged. */
 static int fuse_attn_o(cuda_session *s) {
     long want = thin_cuda_attn_o;
     if (want <= 0) return 0;
     if ((uint64_t)want > s->max_ctx) want = (long)s->max_ctx;
     size_t smem_max;
     if (smem_block_max(s, &smem_max)) return -1;
-    uint32_t chunk = (uint32_t)((want + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER);
+    const uint32_t per = (uint32_t)((want + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER);
+    uint32_t chunk = per;
+    if (thin_cuda_ao_solo > 0 && (uint32_t)thin_cuda_ao_solo > chunk)
+        chunk = (uint32_t)thin_cuda_ao_solo < 256 ? (uint32_t)thin_cuda_ao_solo : 256; /* AO_CHUNK_MAX */
     int any = 0;
     for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
         step *a = &s->steps[i], *l = &s->steps[i + 1];
@@ -310,7 +314,8 @@ static int fuse_attn_o(cuda_session *s) {
     }
     if (!any) return 0;
     s->attn_o_chunk = chunk;
-    s->attn_short = ATTN_O_CLUSTER * chunk;
+    s->attn_short = ATTN_O_CLUSTER * (chunk < per ? chunk : per);
+    s->attn_o_solo = thin_cuda_ao_solo > 0 ? ((uint32_t)thin_cuda_ao_solo < chunk ? (uint32_t)thin_cuda_ao_solo : chunk) : 0;
     return 0;
 }
 

@@ -149,6 +149,7 @@ struct cuda_session {
      * attn_o_chunk) */
     uint32_t attn_short;
     uint32_t attn_o_chunk;            /* the attention + o kernel's positions per block, or 0: off */
+    uint32_t attn_o_solo;             /* its attn_o_args.solo (at most attn_o_chunk) */
     int short_now;                    /* the decode step being run or captured is a short one */
     /* over the attention ops: most query heads, largest head_dim, fewest KV heads (0 when there
      * is no attention op) */

@@ -950,6 +950,16 @@ int main(void) {
     setenv("THIN_CUDA_MLP_SPLIT", "0", 1);
     run_all("MLP kernel, no halves: ");
     unsetenv("THIN_CUDA_MLP_SPLIT");
+    /* The attention + o kernel's solo tokens (THIN_CUDA_AO_SOLO=N: at most N positions, every
+     * block of a head takes all of them and the cluster's blocks do not meet): every decode
+     * position the kernel takes (below 64 here), and the first 16 only (the rest as clusters) */
+    static const char *const solo[] = {"64", "16"};
+    for (int i = 0; i < 2; i++) {
+        setenv("THIN_CUDA_AO_SOLO", solo[i], 1);
+        snprintf(tag, sizeof tag, "attention + o, solo up to %s positions: ", solo[i]);
+        run_all(tag);
+    }
+    unsetenv("THIN_CUDA_AO_SOLO");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
