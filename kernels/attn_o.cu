@@ -32,6 +32,13 @@
  *    rotate q and the newest k, and the block of the group's first query head stores k and v. On
  *    one H100 with a random Qwen3-1.7B: 665.7 / 838.9 tokens/s (BF16 / quality FP8) against 656.3
  *    / 815.4 with the rope kernel (THIN_CUDA_AO_ROPE=0).
+ * Solo tokens (attn_o_args.solo, THIN_CUDA_AO_SOLO; by default up to 64 positions): every block of
+ * a head takes all the token's positions itself (its warps split them as above), so its partial is
+ * the head's output and the cluster's blocks do not meet: the barrier's wait for the cluster's
+ * slowest block and the combine leave the chain, for 8 copies of the K/V rows (read from L2 during
+ * the q/k/v step). Beyond 64 positions (BF16 K/V, head_dim 128) the blocks' shared memory no
+ * longer fits beside the kernels before and after them, and the decode ran 4% (BF16) and 9%
+ * (quality FP8) slower on an H100.
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
  *
@@ -50,7 +57,7 @@ namespace cg = cooperative_groups;
 int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
-int thin_cuda_ao_solo = 0; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
+int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)

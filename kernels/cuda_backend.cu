@@ -372,7 +372,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_attn_o = ao && *ao ? atoi(ao) : ATTN_O_DEFAULT;
     if (stream || !thin_cuda_fuse || !thin_cuda_cluster || thin_cuda_attn_o < 0) thin_cuda_attn_o = 0;
     const char *aos = getenv("THIN_CUDA_AO_SOLO"); /* N: tokens of at most N positions solo, see attn_o.cu */
-    thin_cuda_ao_solo = aos && *aos ? atoi(aos) : 0;
+    thin_cuda_ao_solo = aos && *aos ? atoi(aos) : ATTN_O_SOLO_DEFAULT;
     if (thin_cuda_ao_solo < 0) thin_cuda_ao_solo = 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);

@@ -951,9 +951,10 @@ int main(void) {
     run_all("MLP kernel, no halves: ");
     unsetenv("THIN_CUDA_MLP_SPLIT");
     /* The attention + o kernel's solo tokens (THIN_CUDA_AO_SOLO=N: at most N positions, every
-     * block of a head takes all of them and the cluster's blocks do not meet): every decode
-     * position the kernel takes (below 64 here), and the first 16 only (the rest as clusters) */
-    static const char *const solo[] = {"64", "16"};
+     * block of a head takes all of them and the cluster's blocks do not meet; by default 64, so
+     * every decode position the kernel takes here): never, and the first 16 only (the rest as
+     * clusters) */
+    static const char *const solo[] = {"0", "16"};
     for (int i = 0; i < 2; i++) {
         setenv("THIN_CUDA_AO_SOLO", solo[i], 1);
         snprintf(tag, sizeof tag, "attention + o, solo up to %s positions: ", solo[i]);
@@ -971,7 +972,8 @@ int main(void) {
     unsetenv("THIN_CUDA_GEMM");
     unsetenv("THIN_CUDA_LT_CLASS");
     /* The attention + o kernel: by default (the cases above) it takes the decode below 256, so
-     * positions 0..63 (up to 8 a block), and the decode at position 520 runs the cluster attention
+     * positions 0..63 (solo: every block all of them; see THIN_CUDA_AO_SOLO above), and the
+     * decode at position 520 runs the cluster attention
      * kernel and the o matvec. Here: off (those two at every position); below 32, where the
      * token-by-token decode crosses from its graph to the other form's at 32; and below 1024
      * (capped at the context of 600), where it also takes position 520 (66 positions a block,
