@@ -36,9 +36,10 @@
  * a head takes all the token's positions itself (its warps split them as above), so its partial is
  * the head's output and the cluster's blocks do not meet: the barrier's wait for the cluster's
  * slowest block and the combine leave the chain, for 8 copies of the K/V rows (read from L2 during
- * the q/k/v step). Beyond 64 positions (BF16 K/V, head_dim 128) the blocks' shared memory no
- * longer fits beside the kernels before and after them, and the decode ran 4% (BF16) and 9%
- * (quality FP8) slower on an H100.
+ * the q/k/v step). With up to 80 positions or more (BF16 K/V, head_dim 128: 42 KB of K/V rows a
+ * block) the decode ran 4% (BF16) and 9% (quality FP8) slower on an H100, a cliff between 64 and
+ * 80 that the larger blocks' fit beside the kernels before and after them would explain (not
+ * traced).
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
  *

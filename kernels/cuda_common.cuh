@@ -817,9 +817,8 @@ extern int thin_cuda_ao_gen; /* THIN_CUDA_AO_GEN=1: the attention + o kernel's g
  * the attention + o kernel with every block taking all of them (attn_o_args.solo; its shared
  * memory then holds N positions a block, or as many as fit); 0: never. On one H100 with
  * SmolLM3-3B (bench/decode-variants.sh, two rounds): N = 48 and 64 BF16 422.1-422.3 tokens/s
- * against 419.7-419.9 without, quality FP8 606.2-606.9 against 603.5-604.7; N = 80, 96 and 128,
- * whose blocks no longer fit beside the kernels before and after them, 403.8-405.8 and
- * 546.9-549.1. */
+ * against 419.7-419.9 without, quality FP8 606.2-606.9 against 603.5-604.7; N = 80, 96 and 128
+ * 403.8-405.8 and 546.9-549.1. */
 #define ATTN_O_SOLO_DEFAULT 64
 extern int thin_cuda_ao_solo;
 /* Whether the kernel takes this shape: head_dim 32, 64, 128 or 256, BF16 or F32 KV cache, o BF16
