@@ -359,7 +359,7 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24, 16 or 0: slim MLP blocks, see mlp.cu */
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : -1;
-    const char *msp = getenv("THIN_CUDA_MLP_SPLIT"); /* 1: the left-over units in segments, see mlp.cu */
+    const char *msp = getenv("THIN_CUDA_MLP_SPLIT"); /* 0: no left-over units in halves, see mlp.cu */
     thin_cuda_mlp_split = msp && *msp ? atoi(msp) != 0 : 1;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;

@@ -295,8 +295,7 @@ static int fuse_attn_o(cuda_session *s) {
     if (smem_block_max(s, &smem_max)) return -1;
     const uint32_t per = (uint32_t)((want + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER);
     uint32_t chunk = per;
-    if (thin_cuda_ao_solo > 0 && (uint32_t)thin_cuda_ao_solo > chunk)
-        chunk = (uint32_t)thin_cuda_ao_solo < 256 ? (uint32_t)thin_cuda_ao_solo : 256; /* AO_CHUNK_MAX */
+    if (thin_cuda_ao_solo > 0 && (uint32_t)thin_cuda_ao_solo > chunk) chunk = (uint32_t)thin_cuda_ao_solo;
     int any = 0;
     for (uint32_t i = 0; i + 1 < s->n_steps; i++) {
         step *a = &s->steps[i], *l = &s->steps[i + 1];
