@@ -309,10 +309,9 @@ __device__ __forceinline__ ao_span ao_span_of(const attn_o_args &p, uint32_t ran
     s.npos = s.pos0 + 1;
     const uint32_t first = GEN ? attn_first(s.npos, p.a.window) : 0;
     s.cnt = s.npos - first;
-    s.chunk = (s.cnt + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
-    const uint32_t pr = s.cnt <= p.solo ? 0 : rank; /* solo: every block all of them */
-    if (s.cnt <= p.solo) s.chunk = s.cnt;
-    s.start = min(s.npos, first + pr * s.chunk);
+    const bool solo = s.cnt <= p.solo; /* every block all of them */
+    s.chunk = solo ? s.cnt : (s.cnt + ATTN_O_CLUSTER - 1) / ATTN_O_CLUSTER;
+    s.start = min(s.npos, first + (solo ? 0 : rank) * s.chunk);
     s.end = min(s.npos, s.start + s.chunk);
     s.len = s.end - s.start;
     s.r0 = min(p.o.rows, rank * p.rows_per);

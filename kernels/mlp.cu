@@ -188,11 +188,8 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     __syncthreads(); /* h complete but for the halved units; x no longer needed */
     if (full < nu) { /* their halves' sums */
         if (threadIdx.x < nu - full) {
-            const float *ps = hs + a.units;
-            float g, u;
-            const uint32_t i = 4 * threadIdx.x;
-            g = ps[i] + ps[i + 2], u = ps[i + 1] + ps[i + 3];
-            hs[full + threadIdx.x] = silu_f(g) * u;
+            const float *ps = hs + a.units + 4 * threadIdx.x; /* gate, up of half 0, then of half 1 */
+            hs[full + threadIdx.x] = silu_f(ps[0] + ps[2]) * (ps[1] + ps[3]);
         }
         __syncthreads();
     }
@@ -307,7 +304,7 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     while (tpr < per) tpr *= 2;
     const uint32_t G = NW * 32 / tpr;
     /* shared memory: x (then the groups' partial sums), then h of the block's units, then the
-     * segments' sums (two floats a warp) */
+     * halves' sums (two floats a warp) */
     const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
