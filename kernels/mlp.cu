@@ -65,7 +65,7 @@ __device__ __forceinline__ __half2 e4m3x2_h2(uint32_t b) {
  * F16 products of E4M3 weights (at most 448) with values times s then stay below 448 × 16, and
  * sums of eight of them below F16's 65504. *inv: 1/s. */
 __device__ __forceinline__ float f16_scale(float m, float *inv) {
-    int e = 0;
+    int e = 4; /* s = 1 unless m is finite and positive */
     if (m > 0.0f && m <= 3.0e38f) (void)frexpf(m, &e);
     e = min(max(4 - e, -100), 100);
     *inv = ldexpf(1.0f, -e);
