@@ -361,8 +361,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mlp_slim = ms && *ms ? atoi(ms) : -1;
     const char *msp = getenv("THIN_CUDA_MLP_SPLIT"); /* 0: no left-over units in halves, see mlp.cu */
     thin_cuda_mlp_split = msp && *msp ? atoi(msp) != 0 : 1;
-    const char *mh = getenv("THIN_CUDA_MLP_H16"); /* E4M3 products in F16, see mlp.cu */
-    thin_cuda_mlp_h16 = mh && *mh ? atoi(mh) : 0;
     const char *mlp = getenv("THIN_CUDA_MLP");
     thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0;
     if (mlp) sscanf(mlp, "%d,%d,%d", &thin_cuda_mlp, &thin_cuda_mlp_bps, &thin_cuda_mlp_units);

@@ -525,7 +525,6 @@ struct mlp_args {
                           * gate/up then run in the slim block, which leaves room beside it */
     int split;           /* BF16 gate/up: the units left over after whole rounds of the warps
                           * cut in halves, one a warp (THIN_CUDA_MLP_SPLIT; see mlp_body) */
-    int h16;             /* E4M3 weights' products in F16 (THIN_CUDA_MLP_H16; see mlp_body) */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -578,8 +577,6 @@ extern int thin_cuda_mlp_slim;
 /* THIN_CUDA_MLP_SPLIT=0: mlp_args.split never; 1 (unset): for every MLP launch (the kernel takes
  * it for BF16 gate/up). */
 extern int thin_cuda_mlp_split;
-/* THIN_CUDA_MLP_H16: mlp_args.h16 (0 unset). */
-extern int thin_cuda_mlp_h16;
 
 /* Batched linear for a prefill of n rows (gemm.cu): out[i] = W x[i] (+ resid[i] += ...); n_sm
  * sizes the grid. A transposed weight (dmat.trans) is read as stored. */

@@ -32,7 +32,6 @@
 int thin_cuda_mlp = 1, thin_cuda_mlp_bps = 0, thin_cuda_mlp_units = 0, thin_cuda_mlp_warps = 0;
 int thin_cuda_mlp_slim = -1;
 int thin_cuda_mlp_split = 1;
-int thin_cuda_mlp_h16 = 0;
 
 /* Elements of one 16-byte vector of DT (BF16 or FP8 E4M3) as floats. */
 template <int DT>
@@ -55,97 +54,14 @@ __device__ __forceinline__ void unpack16(uint4 w, float (&f)[vec_of<DT>::epv]) {
     }
 }
 
-/* Two E4M3 weights (the low and high byte of b) as an F16 pair. */
-__device__ __forceinline__ __half2 e4m3x2_h2(uint32_t b) {
-    __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(b & 0xffffu), __NV_E4M3);
-    return *(__half2 *)&r;
-}
-
-/* The power of two s that puts a largest magnitude m in [8, 16) (1 for 0, infinities and NaN):
- * F16 products of E4M3 weights (at most 448) with values times s then stay below 448 × 16, and
- * sums of eight of them below F16's 65504. *inv: 1/s. */
-__device__ __forceinline__ float f16_scale(float m, float *inv) {
-    int e = 4; /* s = 1 unless m is finite and positive */
-    if (m > 0.0f && m <= 3.0e38f) (void)frexpf(m, &e);
-    e = min(max(4 - e, -100), 100);
-    *inv = ldexpf(1.0f, -e);
-    return ldexpf(1.0f, e);
-}
-
-/* x, staged in xs's float planes (dot16's layout for E4M3 vectors of 16 elements: nvec of them,
- * planes 4 nvec floats apart), into xh as F16 times f16_scale's s: plane p (0, 1) holds elements
- * 8p..8p+7 of every vector, one 16-byte word a vector, planes nvec words apart, so that a warp's
- * lanes read consecutive words. Ends with a barrier; returns 1/s. */
-__device__ __forceinline__ float stage_x16(const float *xs, uint4 *xh, uint32_t nvec, float *red) {
-    const uint32_t ps = nvec * 4, n = 2 * nvec;
-    float m = 0.0f;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t p = i >= nvec, v = i - p * nvec;
-        const float4 a = *(const float4 *)(xs + 2 * p * ps + 4 * v), b = *(const float4 *)(xs + (2 * p + 1) * ps + 4 * v);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
-    }
-    /* stage_x ended with a barrier after its last use of red */
-    m = warp_max(m);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = (threadIdx.x & 31) < (blockDim.x >> 5) ? red[threadIdx.x & 31] : 0.0f;
-    float inv;
-    const float s = f16_scale(warp_max(m), &inv);
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t p = i >= nvec, v = i - p * nvec;
-        const float4 a = *(const float4 *)(xs + 2 * p * ps + 4 * v), b = *(const float4 *)(xs + (2 * p + 1) * ps + 4 * v);
-        const __half2 h0 = __floats2half2_rn(a.x * s, a.y * s), h1 = __floats2half2_rn(a.z * s, a.w * s);
-        const __half2 h2 = __floats2half2_rn(b.x * s, b.y * s), h3 = __floats2half2_rn(b.z * s, b.w * s);
-        xh[p * nvec + v] = make_uint4(*(const uint32_t *)&h0, *(const uint32_t *)&h1, *(const uint32_t *)&h2,
-                                      *(const uint32_t *)&h3);
-    }
-    __syncthreads();
-    return inv;
-}
-
-/* Dot product of 16 E4M3 weights with x's 16 F16 values of that vector (xh: its plane-0 word;
- * plane 1 ps words on): eight F16 pair products summed in F16 pairs, then in F32. */
-__device__ __forceinline__ float dot16h(uint4 w, const uint4 *xh, uint32_t ps) {
-    const uint4 a = xh[0], b = xh[ps];
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w}, x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    __half2 acc = __hmul2(e4m3x2_h2(u[0]), *(const __half2 *)&x[0]);
-    acc = __hfma2(e4m3x2_h2(u[0] >> 16), *(const __half2 *)&x[1], acc);
-#pragma unroll
-    for (int j = 1; j < 4; j++) {
-        acc = __hfma2(e4m3x2_h2(u[j]), *(const __half2 *)&x[2 * j], acc);
-        acc = __hfma2(e4m3x2_h2(u[j] >> 16), *(const __half2 *)&x[2 * j + 1], acc);
-    }
-    const float2 f = __half22float2(acc);
-    return f.x + f.y;
-}
-
-template <int NR, int HB>
-__device__ __forceinline__ void use_batch_h(const uint4 (&w)[NR][HB], uint32_t base, uint32_t nvec,
-                                            const uint4 *xh, float *acc) {
-#pragma unroll
-    for (int k = 0; k < HB; k++) {
-        uint32_t v = base + 32 * k;
-        if (v < nvec) {
-#pragma unroll
-            for (int r = 0; r < NR; r++) acc[r] += dot16h(w[r][k], xh + v, nvec);
-        }
-    }
-}
-
 /* DTG: gate/up dtype, DTD: down dtype; NW warps per block; HB: 16-byte vectors per lane and row
  * in a gate/up load batch; NB: down rows per thread in each of the two batches in flight; VPT:
  * 16-byte vectors of a down row per thread (1 or 2). The kernels below choose HB and NB for
- * their register bounds. H16 (E4M3 only; THIN_CUDA_MLP_H16): bit 1, gate/up as F16 products
- * (x staged as F16 times a power of two, dot16h); bit 2, down as F16 products (h times a power of
- * two, summed in F16 pairs over up to eight units, then in F32). */
-template <int DTG, int DTD, int NW, int HB, int NB, int VPT, int H16 = 0>
+ * their register bounds. */
+template <int DTG, int DTD, int NW, int HB, int NB, int VPT>
 __device__ __forceinline__ void mlp_body(const mlp_args &a) {
-    constexpr bool HG = (H16 & 1) && DTG == THIN_DTYPE_F8_E4M3, HD = (H16 & 2) && DTD == THIN_DTYPE_F8_E4M3;
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
-    __shared__ uint32_t hbits; /* HD: the largest |h| of the block's units, as float bits */
-    if (HD && threadIdx.x == 0) hbits = 0; /* stage_x's barriers order this before every update */
     pdl_trigger();
     ktrace kt;
     kt.start();
@@ -184,9 +100,6 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         if (lane == 0) epi_weights<DTG, 2>(m, 0, u0 + j, e);
     }
     wait_and_stage<DTG>(xs, m, red, kt);
-    uint4 *xh = (uint4 *)(xs + m.seg[0].w.pitch); /* HG: x as F16 (launch_m leaves room) */
-    float xinv = 1.0f;
-    if constexpr (HG) xinv = stage_x16(xs, xh, nvec, red);
     /* This block has read the residual (through x). The counter only grows, by gridDim.x a launch
      * (the same grid every launch of a step), so the count this launch's blocks wait for follows
      * from the value before this block's increment; no block resets it, so no block waits for a
@@ -199,13 +112,11 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     }
     while (j < nu) {
         float acc[2] = {0.0f, 0.0f};
-        if constexpr (HG) use_batch_h<2, HB>(w, vb + lane, nvec, xh, acc);
-        else use_batch<DTG, 2, HB>(w, vb + lane, nvec, xs, acc);
+        use_batch<DTG, 2, HB>(w, vb + lane, nvec, xs, acc);
         const uint32_t ve = j < full ? nvec : vb + half;
         for (uint32_t base = vb + lane + 32 * HB; base < ve; base += 32 * HB) {
             load_batch<2, HB>(w, rows, base, nvec);
-            if constexpr (HG) use_batch_h<2, HB>(w, base, nvec, xh, acc);
-            else use_batch<DTG, 2, HB>(w, base, nvec, xs, acc);
+            use_batch<DTG, 2, HB>(w, base, nvec, xs, acc);
         }
         const mv_epi<2> ce = e;
         const uint32_t jc = j;
@@ -220,12 +131,9 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
         }
         acc[0] = warp_sum(acc[0]);
         acc[1] = warp_sum(acc[1]);
-        if constexpr (HG) acc[0] *= xinv, acc[1] *= xinv;
         if (lane == 0) {
             if (jc < full) {
-                const float hv = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
-                hs[jc] = hv;
-                if constexpr (HD) atomicMax(&hbits, __float_as_uint(fabsf(hv)));
+                hs[jc] = silu_f(acc[0] * ce.sc[0]) * (acc[1] * ce.sc[1]);
             } else { /* the half's scaled sums (two floats a warp past h) */
                 hs[a.units + 2 * wid] = acc[0] * ce.sc[0];
                 hs[a.units + 2 * wid + 1] = acc[1] * ce.sc[1];
@@ -245,15 +153,6 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     for (int v = 0; v < VPT; v++)
 #pragma unroll
         for (int i = 0; i < (int)EPD; i++) acc[v][i] = 0.0f;
-    /* HD: F16 pair sums of up to 2 NB units (at most eight: |h s| < 16, |w| <= 448), added into
-     * acc after each round of both batches */
-    __half2 acc2[VPT][HD ? EPD / 2 : 1];
-#pragma unroll
-    for (int v = 0; v < VPT; v++)
-#pragma unroll
-        for (int i = 0; i < (HD ? (int)EPD / 2 : 1); i++) acc2[v][i] = __float2half2_rn(0.0f);
-    static_assert(!HD || 2 * NB <= 8, "F16 pair sums of at most eight units");
-    float hsc = 1.0f, hinv = 1.0f; /* HD: h's power of two (set once h is complete), its inverse */
     uint4 da[NB][VPT], db[NB][VPT];
     auto load_d = [&](uint32_t k0, uint4 (&d)[NB][VPT]) {
 #pragma unroll
@@ -272,28 +171,13 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
             const uint32_t jj = gi + G * (k0 + k);
             if (jj >= nu) break;
             const float h = hs[jj];
-            if constexpr (HD) {
-                const __half2 hh = __float2half2_rn(h * hsc);
 #pragma unroll
-                for (int v = 0; v < VPT; v++) {
-                    if (t + v * tpr < nvd) {
-                        const uint32_t u[4] = {d[k][v].x, d[k][v].y, d[k][v].z, d[k][v].w};
+            for (int v = 0; v < VPT; v++) {
+                if (t + v * tpr < nvd) {
+                    float f[EPD];
+                    unpack16<DTD>(d[k][v], f);
 #pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                            acc2[v][2 * q] = __hfma2(e4m3x2_h2(u[q]), hh, acc2[v][2 * q]);
-                            acc2[v][2 * q + 1] = __hfma2(e4m3x2_h2(u[q] >> 16), hh, acc2[v][2 * q + 1]);
-                        }
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int v = 0; v < VPT; v++) {
-                    if (t + v * tpr < nvd) {
-                        float f[EPD];
-                        unpack16<DTD>(d[k][v], f);
-#pragma unroll
-                        for (int i = 0; i < (int)EPD; i++) acc[v][i] = fmaf(h, f[i], acc[v][i]);
-                    }
+                    for (int i = 0; i < (int)EPD; i++) acc[v][i] = fmaf(h, f[i], acc[v][i]);
                 }
             }
         }
@@ -305,29 +189,16 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
     if (full < nu) { /* their halves' sums */
         if (threadIdx.x < nu - full) {
             const float *ps = hs + a.units + 4 * threadIdx.x; /* gate, up of half 0, then of half 1 */
-            const float hv = silu_f(ps[0] + ps[2]) * (ps[1] + ps[3]);
-            hs[full + threadIdx.x] = hv;
-            if constexpr (HD) atomicMax(&hbits, __float_as_uint(fabsf(hv)));
+            hs[full + threadIdx.x] = silu_f(ps[0] + ps[2]) * (ps[1] + ps[3]);
         }
         __syncthreads();
     }
-    if constexpr (HD) hsc = f16_scale(__uint_as_float(hbits), &hinv);
     if (threadIdx.x == 0) kt.mark(1);
     for (uint32_t k0 = 0; gi + G * k0 < nu; k0 += 2 * NB) {
         use_d(k0, da);
         load_d(k0 + 2 * NB, da);
         use_d(k0 + NB, db);
         load_d(k0 + 3 * NB, db);
-        if constexpr (HD) {
-#pragma unroll
-            for (int v = 0; v < VPT; v++)
-#pragma unroll
-                for (int i = 0; i < (int)EPD / 2; i++) {
-                    const float2 f = __half22float2(acc2[v][i]);
-                    acc[v][2 * i] += f.x, acc[v][2 * i + 1] += f.y;
-                    acc2[v][i] = __float2half2_rn(0.0f);
-                }
-        }
     }
 
     /* 3. the groups' sums through shared memory (over x), scaled, into the residual */
@@ -340,7 +211,7 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 #pragma unroll
             for (int i = 0; i < (int)EPD; i += 4)
                 *(float4 *)&part[gi * hp + vi * EPD + i] =
-                    make_float4(acc[v][i] * hinv, acc[v][i + 1] * hinv, acc[v][i + 2] * hinv, acc[v][i + 3] * hinv);
+                    make_float4(acc[v][i], acc[v][i + 1], acc[v][i + 2], acc[v][i + 3]);
         }
     }
     if (threadIdx.x == 0) { /* every block has read the residual: ours may now be added */
@@ -382,21 +253,21 @@ __device__ __forceinline__ void mlp_body(const mlp_args &a) {
 /* The registers' bound by MINB, the blocks per SM they must allow (FP8 gate/up: 24 warps per SM,
  * at most 85 registers a thread, with half load batches, as the pair matvec): half batches below
  * 100 registers a thread. */
-template <int DTG, int DTD, int NW, int MINB, int VPT, int H16>
+template <int DTG, int DTD, int NW, int MINB, int VPT>
 __global__ void __launch_bounds__(NW * 32, MINB) mlp_kernel(const mlp_args a) {
     constexpr bool HALF = 65536 / (NW * 32 * MINB) < 100; /* registers a thread */
-    mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT, H16>(a);
+    mlp_body<DTG, DTD, NW, HALF ? MV_UNROLL / 2 : MV_UNROLL, (HALF ? 4 : 8) / VPT, VPT>(a);
 }
 
 /* Slim blocks (BF16 gate/up by default; THIN_CUDA_MLP_SLIM): at most MAXR registers a thread, so
  * that a block of NW warps fits on an SM beside an attention + o block (16 K registers) and
  * starts, requesting its first rows, while that kernel runs: 24 warps at 64 registers with
  * quarter batches, 16 at 96 with half batches. */
-template <int DTG, int DTD, int NW, int MAXR, int VPT, int H16>
+template <int DTG, int DTD, int NW, int MAXR, int VPT>
 __global__ void THIN_MAXNREG(NW * 32, MAXR) mlp_slim_kernel(const mlp_args a) {
     constexpr int HB = MAXR <= 64 ? MV_UNROLL / 4 : MV_UNROLL / 2;
     constexpr int NB = (MAXR <= 64 ? 2 : 4) / VPT; /* VPT: 1 or 2 */
-    mlp_body<DTG, DTD, NW, HB, NB, VPT, H16>(a);
+    mlp_body<DTG, DTD, NW, HB, NB, VPT>(a);
 }
 
 cudaError_t mlp_trace_arm(trace_rec *recs, unsigned int *n, unsigned int cap) {
@@ -419,23 +290,22 @@ int mlp_supported(int gate_dtype, int down_dtype, uint32_t hidden, uint32_t inte
            (size_t)dmat_pitch(hidden) * 4 <= 200 * 1024;
 }
 
-template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0, int H16 = 0>
+template <int DTG, int DTD, int NW, int MINB, int VPT, int MAXR = 0>
 static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
     static_assert(NW * 32 % 256 == 0, "a down row's threads (a power of two up to 256) must tile the block");
     mlp_args a = *in;
     void (*k)(const mlp_args);
-    if constexpr (MAXR > 0) k = mlp_slim_kernel<DTG, DTD, NW, MAXR, VPT, H16>;
-    else k = mlp_kernel<DTG, DTD, NW, MINB, VPT, H16>;
+    if constexpr (MAXR > 0) k = mlp_slim_kernel<DTG, DTD, NW, MAXR, VPT>;
+    else k = mlp_kernel<DTG, DTD, NW, MINB, VPT>;
     const uint32_t inter = a.mv.seg[0].w.rows, dpitch = a.down.pitch;
     const uint32_t nvd = dpitch / vec_of<DTD>::epv;
     const uint32_t per = (nvd + VPT - 1) / VPT;
     uint32_t tpr = 1;
     while (tpr < per) tpr *= 2;
     const uint32_t G = NW * 32 / tpr;
-    /* shared memory: x (with H16 & 1, and its F16 copy) (then the groups' partial sums), then h of
-     * the block's units, then the halves' sums (two floats a warp) */
-    const uint32_t xw = a.mv.seg[0].w.pitch * ((H16 & 1) && DTG == THIN_DTYPE_F8_E4M3 ? 3 : 2) / 2;
-    const uint32_t xfl = xw > G * dpitch ? xw : G * dpitch;
+    /* shared memory: x (then the groups' partial sums), then h of the block's units, then the
+     * halves' sums (two floats a warp) */
+    const uint32_t xfl = a.mv.seg[0].w.pitch > G * dpitch ? a.mv.seg[0].w.pitch : G * dpitch;
     a.tpr = tpr;
     a.h_off = (xfl + 3) / 4 * 4;
     int per_sm = 0;
@@ -481,29 +351,12 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
  * BF16, in blocks of 8 warps or in one block; with MAXR, one slim block of NW warps within MAXR
  * registers. (NW * 32 must be a multiple of every power of two up to 256, the threads of a down
  * row.) */
-template <int DTG, int DTD, int NW, int MAXR = 0, int H16 = 0>
+template <int DTG, int DTD, int NW, int MAXR = 0>
 static cudaError_t launch_dw(const mlp_args *a, int n_sm, cudaStream_t st) {
     constexpr int MINB = MAXR > 0 ? 1 : (DTG == THIN_DTYPE_F8_E4M3 ? 24 : 16) / NW;
-    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR, H16>(a, n_sm, st);
-    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2, MAXR, H16>(a, n_sm, st);
+    if (down_vpt(DTD, a->down.rows) == 1) return launch_m<DTG, DTD, NW, MINB, 1, MAXR>(a, n_sm, st);
+    if constexpr (DTD == THIN_DTYPE_BF16) return launch_m<DTG, DTD, NW, MINB, 2, MAXR>(a, n_sm, st);
     return cudaErrorInvalidValue;
-}
-
-/* The 24-warp blocks (slim within 64 registers, or MAXR 0) with a.h16's F16 products where the
- * dtypes take them (see mlp_body). */
-template <int DTG, int DTD, int MAXR>
-static cudaError_t launch_h16(const mlp_args *a, int n_sm, cudaStream_t st) {
-    constexpr int G8 = DTG == THIN_DTYPE_F8_E4M3, D8 = DTD == THIN_DTYPE_F8_E4M3;
-    const int h = (G8 ? a->h16 & 1 : 0) | (D8 ? a->h16 & 2 : 0);
-    if constexpr (G8 || D8) {
-        switch (h) {
-        case 1: if constexpr (G8) return launch_dw<DTG, DTD, 24, MAXR, 1>(a, n_sm, st); break;
-        case 2: if constexpr (D8) return launch_dw<DTG, DTD, 24, MAXR, 2>(a, n_sm, st); break;
-        case 3: if constexpr (G8 && D8) return launch_dw<DTG, DTD, 24, MAXR, 3>(a, n_sm, st); break;
-        default: break;
-        }
-    }
-    return launch_dw<DTG, DTD, 24, MAXR>(a, n_sm, st);
 }
 
 template <int DTG, int DTD>
@@ -533,11 +386,11 @@ static cudaError_t launch_dd(const mlp_args *a, int n_sm, cudaStream_t st) {
     const bool warps24 = thin_cuda_mlp_warps == 0 || thin_cuda_mlp_warps == 24;
     const int slim = thin_cuda_mlp_slim >= 0 ? thin_cuda_mlp_slim
                      : warps24 && (DTG == THIN_DTYPE_BF16 || a->next_smem) ? 24 : 0;
-    if (slim == 24) return launch_h16<DTG, DTD, 64>(a, n_sm, st);
+    if (slim == 24) return launch_dw<DTG, DTD, 24, 64>(a, n_sm, st);
     if (slim == 16) return launch_dw<DTG, DTD, 16, 96>(a, n_sm, st);
     if constexpr (DTG == THIN_DTYPE_F8_E4M3) {
         if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
-        if (thin_cuda_mlp_warps != MV_WARPS) return launch_h16<DTG, DTD, 0>(a, n_sm, st);
+        if (thin_cuda_mlp_warps != MV_WARPS) return launch_dw<DTG, DTD, 24>(a, n_sm, st);
     } else {
         if (thin_cuda_mlp_warps == 16) return launch_dw<DTG, DTD, 16>(a, n_sm, st);
     }
@@ -548,7 +401,6 @@ cudaError_t launch_mlp(const mlp_args *in, int n_sm, cudaStream_t st) {
     mlp_args b = *in;
     b.mv.x4 = thin_cuda_mv_x4;
     b.split = thin_cuda_mlp_split;
-    b.h16 = thin_cuda_mlp_h16;
     const mv_args &m = b.mv;
     if (!b.down.trans || m.seg[0].w.dtype != m.seg[1].w.dtype ||
         !mlp_supported(m.seg[0].w.dtype, b.down.dtype, b.down.rows, m.seg[0].w.rows) ||

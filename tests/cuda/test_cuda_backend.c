@@ -950,19 +950,6 @@ int main(void) {
     setenv("THIN_CUDA_MLP_SPLIT", "0", 1);
     run_all("MLP kernel, no halves: ");
     unsetenv("THIN_CUDA_MLP_SPLIT");
-    /* The MLP kernel's E4M3 weights as F16 products (THIN_CUDA_MLP_H16: 1 gate/up, 2 down, 3
-     * both), in the slim blocks (after which q/k/v come from shared memory) and in the 24-warp
-     * blocks of 80 registers (THIN_CUDA_MV_SMEM=0) */
-    static const char *const h16[] = {"1", "2", "3"};
-    for (int i = 0; i < 3; i++) {
-        setenv("THIN_CUDA_MLP_H16", h16[i], 1);
-        snprintf(tag, sizeof tag, "MLP kernel, F16 products %s: ", h16[i]);
-        run_all(tag);
-    }
-    setenv("THIN_CUDA_MV_SMEM", "0", 1);
-    run_all("MLP kernel, F16 products 3, 80-register blocks: ");
-    unsetenv("THIN_CUDA_MV_SMEM");
-    unsetenv("THIN_CUDA_MLP_H16");
     /* The attention + o kernel's solo tokens (THIN_CUDA_AO_SOLO=N: at most N positions, every
      * block of a head takes all of them and the cluster's blocks do not meet; by default 64, so
      * every decode position the kernel takes here): never, and the first 16 only (the rest as
