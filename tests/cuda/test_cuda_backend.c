@@ -532,6 +532,20 @@ static int pass_skipped(const char *tag) {
     return only && (strncmp(tag, only, strlen(only)) != 0 || (!*only && *tag));
 }
 
+static void run_all(const char *tag);
+
+/* One pass of run_all for each of the n values of environment variable var, tagged before, the
+ * value and after; var is unset after the last. */
+static void run_each(const char *var, const char *const *vals, int n, const char *before, const char *after) {
+    char tag[64];
+    for (int i = 0; i < n; i++) {
+        setenv(var, vals[i], 1);
+        snprintf(tag, sizeof tag, "%s%s%s", before, vals[i], after);
+        run_all(tag);
+    }
+    unsetenv(var);
+}
+
 /* One case of a pass: its label is the pass's tag and the case's name (lab and tag in scope). */
 #define CASE(name, ...) (snprintf(lab, sizeof lab, "%s%s", tag, name), run_case(lab, __VA_ARGS__))
 
@@ -907,12 +921,7 @@ int main(void) {
      * gate/up, one slim block of 24 warps for BF16): either in blocks of 8 warps (BF16 two per SM,
      * no slim block), and either in 16. */
     static const char *const warps[] = {"8", "16"};
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_MLP_WARPS", warps[i], 1);
-        snprintf(tag, sizeof tag, "MLP kernel, %s-warp blocks: ", warps[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_MLP_WARPS");
+    run_each("THIN_CUDA_MLP_WARPS", warps, 2, "MLP kernel, ", "-warp blocks: ");
     /* The slim MLP blocks for both dtypes: 24 warps within 64 registers (quarter batches), 16
      * within 96; with the first, q/k/v in slim blocks too */
     static const char *const slim[] = {"24", "16"};
@@ -929,12 +938,7 @@ int main(void) {
      * kernel with FP8 gate/up, which then runs in its slim block): after every MLP, at once and
      * 2 us after the block's start, and never (FP8 MLP blocks of 24 warps at 80 registers) */
     static const char *const smem[] = {"1", "1,2000", "0"};
-    for (int i = 0; i < 3; i++) {
-        setenv("THIN_CUDA_MV_SMEM", smem[i], 1);
-        snprintf(tag, sizeof tag, "q/k/v from shared memory (%s): ", smem[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_MV_SMEM");
+    run_each("THIN_CUDA_MV_SMEM", smem, 3, "q/k/v from shared memory (", "): ");
     /* The MLP kernel's left-over units in halves (BF16 gate/up; by default, so the passes above
      * take them with the launcher's units, 11 a block on 132 SMs: 22 halves): with 30 units a
      * block (6 left over after a round of the 24 warps: 12 halves); in slim blocks of 16 warps
@@ -955,12 +959,7 @@ int main(void) {
      * every decode position the kernel takes here): never, and the first 16 only (the rest as
      * clusters) */
     static const char *const solo[] = {"0", "16"};
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_AO_SOLO", solo[i], 1);
-        snprintf(tag, sizeof tag, "attention + o, solo up to %s positions: ", solo[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_AO_SOLO");
+    run_each("THIN_CUDA_AO_SOLO", solo, 2, "attention + o, solo up to ", " positions: ");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
@@ -981,12 +980,7 @@ int main(void) {
     static const char *const shorts[] = {"32", "1024"};
     setenv("THIN_CUDA_ATTN_O", "0", 1);
     run_all("attention + o kernel off: ");
-    for (int i = 0; i < 2; i++) {
-        setenv("THIN_CUDA_ATTN_O", shorts[i], 1);
-        snprintf(tag, sizeof tag, "attention + o kernel below %s: ", shorts[i]);
-        run_all(tag);
-    }
-    unsetenv("THIN_CUDA_ATTN_O");
+    run_each("THIN_CUDA_ATTN_O", shorts, 2, "attention + o kernel below ", ": ");
     /* The attention + o kernel's blocks reading the cluster's partials from each other's shared
      * memory after the barrier (by default each pushes its own into every block before it),
      * below 256 and below 1024. */
