@@ -59,6 +59,17 @@ int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
 int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
+int thin_cuda_mlp_pf[3] = {0, 0, 0};          /* env THIN_CUDA_MLP_PF: see l2_ahead */
+
+/* Thread 0 of block i of the grid asks L2 for MLP blocks i, i + grid, ... of pf (l2_ahead). */
+__device__ __forceinline__ void ao_ahead(const l2_ahead &pf) {
+    if (threadIdx.x) return;
+    const uint32_t g = gridDim.x * gridDim.y, i = blockIdx.y * gridDim.x + blockIdx.x;
+    for (uint32_t b = i; b < pf.n; b += g) {
+        l2_prefetch(pf.gate + b * pf.stride, pf.bytes);
+        l2_prefetch(pf.up + b * pf.stride, pf.bytes);
+    }
+}
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)
@@ -438,6 +449,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
     const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
+    if (p.pf.at == 1) ao_ahead(p.pf);
     rope_dim rd = {1.0f, 0.0f, 1.0f};
     if constexpr (ROPE) /* thread t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD */
         if (threadIdx.x < 2 * HD) rd = rope_dim_of(p.r, threadIdx.x >= HD, threadIdx.x % HD, (int32_t)s.pos0);
@@ -453,9 +465,11 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     }
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
+    if (p.pf.at == 2) ao_ahead(p.pf);
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
     ao_tail<KDT, WDT, DPL, false, PUSH, GEN>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt,
                                              TRACE_ATTN_O);
+    if (p.pf.at == 3) ao_ahead(p.pf);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three

@@ -788,6 +788,17 @@ int attn_group_max(const attn_args *a);
  * columns, requested into shared memory before the dependency wait) and adds the products into
  * the residual (float atomics). The attention output row is written as well. */
 #define ATTN_O_CLUSTER 8u
+/* Rows of the next MLP step that a kernel before it asks L2 for (l2_prefetch), so that they come
+ * while the chain before the MLP leaves the memory idle: for MLP block b (of n), `bytes` at
+ * gate + b · stride and at up + b · stride (its first units' rows). at: where the kernel asks (0:
+ * never; attn_o.cu: 1 at the block's start, 2 after its K/V rows are in, 3 at its end). Env
+ * THIN_CUDA_MLP_PF=U,UNITS,AT: U units of each block of UNITS (opt-in, for measurements). */
+struct l2_ahead {
+    const uint8_t *gate, *up;
+    uint64_t stride;
+    uint32_t bytes, n, at;
+};
+extern int thin_cuda_mlp_pf[3];
 struct attn_o_args {
     attn_args a;         /* q, caches, out, head counts, position; chunk_max: positions per block */
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
@@ -802,6 +813,7 @@ struct attn_o_args {
                             v (r.k, r.v) of its heads, normalises and rotates them as
                             rope_store_kernel does, and the first query head of each group stores
                             k and v into the caches (attn_o_rope_supported) */
+    l2_ahead pf;         /* the next MLP's first rows to ask L2 for, or pf.at 0 */
 };
 cudaError_t launch_attn_o(const attn_o_args *a, cudaStream_t st);
 /* Decode positions below which the attention + o kernel runs (env THIN_CUDA_ATTN_O, default

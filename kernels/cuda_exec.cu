@@ -341,6 +341,22 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
         aa.o = s->w[s->op_w[ol->lin[0]]];
         aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
         if (ao_rope) aa.r = r;
+        if (thin_cuda_mlp_pf[2] > 0)
+            for (const step *q = st + 2; q < s->steps + s->n_steps; q++) {
+                if (q->attn_step >= 0) break; /* the next layer's q/k/v: no MLP between */
+                if (!q->mlp) continue;
+                const dmat *g = &s->w[s->op_w[q->lin[0]]], *u = &s->w[s->op_w[q->lin[1]]];
+                const uint32_t units = (uint32_t)thin_cuda_mlp_pf[1];
+                const uint64_t rb = (uint64_t)g->pitch * thin_dtype_size((thin_dtype)g->dtype);
+                if (units == 0 || g->dtype != u->dtype || g->pitch != u->pitch) break;
+                aa.pf.gate = (const uint8_t *)g->data;
+                aa.pf.up = (const uint8_t *)u->data;
+                aa.pf.stride = rb * units;
+                aa.pf.n = g->rows / units; /* whole blocks only: no request past the matrix */
+                aa.pf.bytes = (uint32_t)(rb * (uint32_t)thin_cuda_mlp_pf[0] < aa.pf.stride ? rb * (uint32_t)thin_cuda_mlp_pf[0] : aa.pf.stride);
+                aa.pf.at = (uint32_t)thin_cuda_mlp_pf[2];
+                break;
+            }
         CK(s, launch_attn_o(&aa, s->st));
         return 0;
     }
