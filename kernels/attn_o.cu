@@ -59,15 +59,17 @@ int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
 int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
-int thin_cuda_mlp_pf[3] = {0, 0, 0};          /* env THIN_CUDA_MLP_PF: see l2_ahead */
+int thin_cuda_mlp_pf[2] = {MLP_PF_DEFAULT, 1}; /* env THIN_CUDA_MLP_PF: see l2_ahead */
 
-/* Thread 0 of block i of the grid asks L2 for MLP blocks i, i + grid, ... of pf (l2_ahead). */
+/* Thread 0 of block i of the grid asks L2 for the first rows of MLP blocks i, i + grid, ...
+ * (l2_ahead). */
 __device__ __forceinline__ void ao_ahead(const l2_ahead &pf) {
     if (threadIdx.x) return;
-    const uint32_t g = gridDim.x * gridDim.y, i = blockIdx.y * gridDim.x + blockIdx.x;
-    for (uint32_t b = i; b < pf.n; b += g) {
-        l2_prefetch(pf.gate + b * pf.stride, pf.bytes);
-        l2_prefetch(pf.up + b * pf.stride, pf.bytes);
+    const uint32_t g = gridDim.x * gridDim.y;
+    for (uint32_t r = (blockIdx.y * gridDim.x + blockIdx.x) * pf.units; r < pf.rows; r += g * pf.units) {
+        const uint32_t n = min(pf.ahead, pf.rows - r);
+        l2_prefetch(pf.gate + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
+        l2_prefetch(pf.up + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
     }
 }
 

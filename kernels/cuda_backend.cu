@@ -374,12 +374,10 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     const char *aos = getenv("THIN_CUDA_AO_SOLO"); /* N: tokens of at most N positions solo, see attn_o.cu */
     thin_cuda_ao_solo = aos && *aos ? atoi(aos) : ATTN_O_SOLO_DEFAULT;
     if (thin_cuda_ao_solo < 0) thin_cuda_ao_solo = 0;
-    const char *mpf = getenv("THIN_CUDA_MLP_PF"); /* U,UNITS,AT: see l2_ahead */
-    thin_cuda_mlp_pf[0] = thin_cuda_mlp_pf[1] = thin_cuda_mlp_pf[2] = 0;
-    if (mpf && sscanf(mpf, "%d,%d,%d", &thin_cuda_mlp_pf[0], &thin_cuda_mlp_pf[1], &thin_cuda_mlp_pf[2]) != 3)
-        thin_cuda_mlp_pf[2] = 0;
-    if (thin_cuda_mlp_pf[0] <= 0 || thin_cuda_mlp_pf[1] <= 0 || thin_cuda_mlp_pf[2] < 0 || thin_cuda_mlp_pf[2] > 3)
-        thin_cuda_mlp_pf[2] = 0;
+    const char *mpf = getenv("THIN_CUDA_MLP_PF"); /* AHEAD[,AT]: see l2_ahead */
+    thin_cuda_mlp_pf[0] = MLP_PF_DEFAULT, thin_cuda_mlp_pf[1] = 1;
+    if (mpf && *mpf) sscanf(mpf, "%d,%d", &thin_cuda_mlp_pf[0], &thin_cuda_mlp_pf[1]);
+    if (thin_cuda_mlp_pf[0] < 0 || thin_cuda_mlp_pf[1] < 1 || thin_cuda_mlp_pf[1] > 3) thin_cuda_mlp_pf[0] = 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);
     const char *m1 = getenv("THIN_CUDA_MOE1");

@@ -525,6 +525,7 @@ struct mlp_args {
                           * gate/up then run in the slim block, which leaves room beside it */
     int split;           /* BF16 gate/up: the units left over after whole rounds of the warps
                           * cut in halves, one a warp (THIN_CUDA_MLP_SPLIT; see mlp_body) */
+    uint32_t *units_only; /* set: launch_mlp only stores the units per block it would launch */
 };
 cudaError_t launch_mlp(const mlp_args *a, int n_sm, cudaStream_t st);
 /* Whether the MLP kernel takes these weights: gate/up and down BF16 or FP8, the transposed down
@@ -788,17 +789,19 @@ int attn_group_max(const attn_args *a);
  * columns, requested into shared memory before the dependency wait) and adds the products into
  * the residual (float atomics). The attention output row is written as well. */
 #define ATTN_O_CLUSTER 8u
-/* Rows of the next MLP step that a kernel before it asks L2 for (l2_prefetch), so that they come
- * while the chain before the MLP leaves the memory idle: for MLP block b (of n), `bytes` at
- * gate + b · stride and at up + b · stride (its first units' rows). at: where the kernel asks (0:
- * never; attn_o.cu: 1 at the block's start, 2 after its K/V rows are in, 3 at its end). Env
- * THIN_CUDA_MLP_PF=U,UNITS,AT: U units of each block of UNITS (opt-in, for measurements). */
+/* The first gate and up rows of each block of the MLP kernel after it that the attention + o
+ * kernel asks L2 for (l2_prefetch), so that they come while the chain before the MLP leaves the
+ * memory partly idle: block b's rows [b · units, b · units + ahead) of both (row_bytes each, rows
+ * in all). at: where the kernel asks, 0 never, 1 at its blocks' start (default), 2 once their K/V
+ * rows are in, 3 at their end. Env THIN_CUDA_MLP_PF=AHEAD[,AT] (AHEAD 0: off; default
+ * MLP_PF_DEFAULT at 1). */
 struct l2_ahead {
     const uint8_t *gate, *up;
-    uint64_t stride;
-    uint32_t bytes, n, at;
+    uint64_t row_bytes;
+    uint32_t units, ahead, rows, at;
 };
-extern int thin_cuda_mlp_pf[3];
+#define MLP_PF_DEFAULT 8
+extern int thin_cuda_mlp_pf[2];
 struct attn_o_args {
     attn_args a;         /* q, caches, out, head counts, position; chunk_max: positions per block */
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */

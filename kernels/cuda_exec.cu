@@ -233,9 +233,9 @@ static int run_qao(cuda_session *s, const step *st) {
     return 0;
 }
 
-/* The MLP kernel for one row: pair step st with the down + add step dn after it. */
-static int run_mlp(cuda_session *s, const step *st, const step *dn) {
-    mlp_args m;
+/* The MLP kernel's arguments for one row: pair step st with the down + add step dn after it. */
+static void mlp_args_of(const cuda_session *s, const step *st, const step *dn, mlp_args *mp) {
+    mlp_args &m = *mp;
     memset(&m, 0, sizeof m);
     linear_args(s, st, 0, 0, &m.mv);
     m.down = s->w[s->op_w[dn->lin[0]]];
@@ -250,8 +250,42 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
             }
             break;
         }
+}
+
+/* The MLP kernel for one row: pair step st with the down + add step dn after it. */
+static int run_mlp(cuda_session *s, const step *st, const step *dn) {
+    mlp_args m;
+    mlp_args_of(s, st, dn, &m);
     CK(s, launch_mlp(&m, s->n_sm, s->st));
     return 0;
+}
+
+/* The first rows of the MLP kernel's blocks after attention step st (before the next attention) for
+ * the attention + o kernel to ask L2 for (l2_ahead), or pf->at 0: none, or no MLP kernel there. */
+static void mlp_ahead_of(const cuda_session *s, const step *st, l2_ahead *pf) {
+    memset(pf, 0, sizeof *pf);
+    if (thin_cuda_mlp_pf[0] <= 0) return;
+    for (const step *q = st + 1; q + 1 < s->steps + s->n_steps; q++) {
+        if (q->kind == STEP_ATTN || q->attn_step >= 0) return; /* the next layer's attention */
+        if (!q->mlp) continue;
+        mlp_args m;
+        mlp_args_of(s, q, q + 1, &m);
+        uint32_t units = 0;
+        m.units_only = &units;
+        if (launch_mlp(&m, s->n_sm, s->st) != cudaSuccess || units == 0) {
+            (void)cudaGetLastError(); /* the MLP's own launch reports it */
+            return;
+        }
+        const dmat *g = &m.mv.seg[0].w, *u = &m.mv.seg[1].w;
+        pf->gate = (const uint8_t *)g->data;
+        pf->up = (const uint8_t *)u->data;
+        pf->row_bytes = (uint64_t)g->pitch * thin_dtype_size((thin_dtype)g->dtype);
+        pf->units = units;
+        pf->ahead = (uint32_t)thin_cuda_mlp_pf[0] < units ? (uint32_t)thin_cuda_mlp_pf[0] : units;
+        pf->rows = g->rows;
+        pf->at = (uint32_t)thin_cuda_mlp_pf[1];
+        return;
+    }
 }
 
 /* A down + add step whose weights are stored transposed, for several rows: cuBLASLt takes them
@@ -341,22 +375,7 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
         aa.o = s->w[s->op_w[ol->lin[0]]];
         aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
         if (ao_rope) aa.r = r;
-        if (thin_cuda_mlp_pf[2] > 0)
-            for (const step *q = st + 2; q < s->steps + s->n_steps; q++) {
-                if (q->attn_step >= 0) break; /* the next layer's q/k/v: no MLP between */
-                if (!q->mlp) continue;
-                const dmat *g = &s->w[s->op_w[q->lin[0]]], *u = &s->w[s->op_w[q->lin[1]]];
-                const uint32_t units = (uint32_t)thin_cuda_mlp_pf[1];
-                const uint64_t rb = (uint64_t)g->pitch * thin_dtype_size((thin_dtype)g->dtype);
-                if (units == 0 || g->dtype != u->dtype || g->pitch != u->pitch) break;
-                aa.pf.gate = (const uint8_t *)g->data;
-                aa.pf.up = (const uint8_t *)u->data;
-                aa.pf.stride = rb * units;
-                aa.pf.n = g->rows / units; /* whole blocks only: no request past the matrix */
-                aa.pf.bytes = (uint32_t)(rb * (uint32_t)thin_cuda_mlp_pf[0] < aa.pf.stride ? rb * (uint32_t)thin_cuda_mlp_pf[0] : aa.pf.stride);
-                aa.pf.at = (uint32_t)thin_cuda_mlp_pf[2];
-                break;
-            }
+        mlp_ahead_of(s, st, &aa.pf);
         CK(s, launch_attn_o(&aa, s->st));
         return 0;
     }

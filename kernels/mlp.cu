@@ -343,6 +343,10 @@ static cudaError_t launch_m(const mlp_args *in, int n_sm, cudaStream_t st) {
         cap = (uint32_t)n_sm * (uint32_t)per_sm;
     }
     a.units = units; /* smem fits the attribute set above, or no block would have fit */
+    if (a.units_only) {
+        *a.units_only = units;
+        return cudaSuccess;
+    }
     const uint32_t blocks = (inter + units - 1) / units;
     return launch_k(k, dim3(blocks), dim3(NW * 32), smem, st, a);
 }
