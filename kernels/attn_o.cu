@@ -40,6 +40,11 @@
  * block) the decode ran 4% (BF16) and 9% (quality FP8) slower on an H100, a cliff between 64 and
  * 80 that the larger blocks' fit beside the kernels before and after them would explain (not
  * traced).
+ * The MLP's first rows ahead (attn_o_args.pf, THIN_CUDA_MLP_PF): as its blocks start, the kernel
+ * asks L2 for the first gate and up rows of every block of the MLP kernel after it (8 a block by
+ * default; one bulk prefetch each), which then arrive while the attention's latency-bound steps
+ * leave the memory partly idle, and the MLP's first loads hit L2. More rows ahead than that queue
+ * in front of the attention's own reads (decode-notes.md, the twenty-ninth round).
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
  *
