@@ -960,6 +960,11 @@ int main(void) {
      * clusters) */
     static const char *const solo[] = {"0", "16"};
     run_each("THIN_CUDA_AO_SOLO", solo, 2, "attention + o, solo up to ", " positions: ");
+    /* The MLP's first rows asked of L2 by the attention + o kernel (THIN_CUDA_MLP_PF=AHEAD[,AT];
+     * by default 8 rows as its blocks start): none; every block's whole share (AHEAD clamped to
+     * its units, the last block's shorter) once the K/V rows are in; 3 rows at the blocks' end */
+    static const char *const ahead[] = {"0", "100000,2", "3,3"};
+    run_each("THIN_CUDA_MLP_PF", ahead, 3, "MLP rows ahead ", ": ");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
      * with FP8 gate/up); the prefill's linears through cuBLASLt, the MLP kernel's transposed down
      * projection taken as stored */
