@@ -50,6 +50,8 @@ def speed_plot(plt, m, path):
         if key == "decode_tokens_per_s":
             limit_marks(ax, rows)
         pos = [v for v in vals if v > 0]
+        if key == "decode_tokens_per_s":  # the limit marks must fit the scale too
+            pos += [s["bandwidth_limit_tokens_per_s"] for s in rows if s.get("bandwidth_limit_tokens_per_s")]
         if pos and max(pos) / min(pos) > 50:
             ax.set_yscale("log")
         ax.set_xticks(x)
