@@ -9,7 +9,8 @@
 # q3, q3q; or its Qwen3-30B-A3B-shaped mixture of experts, 4 layers: m3, m3q), then
 # for each model in MODELS and each variant in VARIANTS (';'-separated
 # lists of VAR=value words, '-' for the defaults; a word RUN=path runs that thin-run binary instead
-# of BIN's, to compare builds) decodes 128 tokens after a 16-token prompt
+# of BIN's, to compare builds) decodes 128 tokens after a prompt of the ids 1..PROMPT_LEN (default 16;
+# from 256 positions on, the decode takes the long-context attention path)
 # REPEAT times and keeps the best tokens/s, also as a share of the bandwidth limit
 # (weight bytes / the device-to-device copy bandwidth of tests/cuda/test_copy_bandwidth). With
 # TRACE=N and binaries built with the timeline probes (make B=build-trace CUDA_TRACE=1, then
@@ -57,7 +58,8 @@ for m in s3 q2 q3 m3; do
     fi
 done
 
-PROMPT16="1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
+PROMPT_LEN=${PROMPT_LEN:-16}
+PROMPT=$(seq -s ' ' 1 "$PROMPT_LEN")
 TABLE=$OUTDIR/variants.txt
 printf '%-6s %-44s %9s %7s  %s\n' model variant "tok/s" "limit" "ids as the first variant" | tee "$TABLE"
 decode_variant() {
@@ -67,7 +69,7 @@ decode_variant() {
         tr=; [ $r = 0 ] && [ "$TRACE" -gt 0 ] && \
             tr="THIN_CUDA_TRACE=$TRACE THIN_CUDA_TRACE_FILE=$OUTDIR/trace-$m-$vi.csv"
         env $envw $tr "$run" "$WORK/$m.thin" --no-verify --device cuda --ctx 1024 \
-            --ids "$PROMPT16" -n 128 $DECODE_ARGS --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
+            --ids "$PROMPT" -n 128 $DECODE_ARGS --ignore-eos --json >"$OUTDIR/$m-$vi.json" 2>"$OUTDIR/$m-$vi.err"
         d=$(jget "$OUTDIR/$m-$vi.json" decode_tok_s)
         [ -n "$d" ] && best=$(python3 -c "import sys;print(max(float(sys.argv[1]),float(sys.argv[2])))" "$best" "$d")
         [ $r = 0 ] && cp "$OUTDIR/$m-$vi.json" "$OUTDIR/$m-$vi-first.json"

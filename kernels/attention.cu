@@ -182,6 +182,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_kernel(const attn_args
     pdl_trigger();
     ktrace kt;
     kt.start();
+    if (a.pf.at) l2_ask_ahead(a.pf); /* the MLP's first rows, for after the o matvec */
     constexpr int EPV = kv_epv<KDT>::n;
     constexpr uint32_t ESZ = KDT == THIN_DTYPE_BF16 ? 2 : 4;
     extern __shared__ __align__(16) uint8_t smb[];

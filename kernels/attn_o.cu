@@ -40,7 +40,7 @@
  * block) the decode ran 4% (BF16) and 9% (quality FP8) slower on an H100, a cliff between 64 and
  * 80 that the larger blocks' fit beside the kernels before and after them would explain (not
  * traced).
- * The MLP's first rows ahead (attn_o_args.pf, THIN_CUDA_MLP_PF): as its blocks start, the kernel
+ * The MLP's first rows ahead (attn_args.pf, THIN_CUDA_MLP_PF): as its blocks start, the kernel
  * asks L2 for the first gate and up rows of every block of the MLP kernel after it (8 a block by
  * default; one bulk prefetch each), which then arrive while the attention's latency-bound steps
  * leave the memory partly idle, and the MLP's first loads hit L2. More rows ahead than that queue
@@ -65,18 +65,6 @@ int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for ev
 int thin_cuda_ao_rope = 1;
 int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
 int thin_cuda_mlp_pf[2] = {MLP_PF_DEFAULT, 1}; /* env THIN_CUDA_MLP_PF: see l2_ahead */
-
-/* Thread 0 of block i of the grid asks L2 for the first rows of MLP blocks i, i + grid, ...
- * (l2_ahead). */
-__device__ __forceinline__ void ao_ahead(const l2_ahead &pf) {
-    if (threadIdx.x) return;
-    const uint32_t g = gridDim.x * gridDim.y;
-    for (uint32_t r = (blockIdx.y * gridDim.x + blockIdx.x) * pf.units; r < pf.rows; r += g * pf.units) {
-        const uint32_t n = min(pf.ahead, pf.rows - r);
-        l2_prefetch(pf.gate + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
-        l2_prefetch(pf.up + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
-    }
-}
 
 #define AO_WARPS 8u
 #define AO_THREADS (AO_WARPS * 32u)
@@ -456,7 +444,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
     const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
-    if (p.pf.at == 1) ao_ahead(p.pf);
+    if (a.pf.at == 1) l2_ask_ahead(a.pf);
     rope_dim rd = {1.0f, 0.0f, 1.0f};
     if constexpr (ROPE) /* thread t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD */
         if (threadIdx.x < 2 * HD) rd = rope_dim_of(p.r, threadIdx.x >= HD, threadIdx.x % HD, (int32_t)s.pos0);
@@ -472,11 +460,11 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     }
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
-    if (p.pf.at == 2) ao_ahead(p.pf);
+    if (p.a.pf.at == 2) l2_ask_ahead(p.a.pf);
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
     ao_tail<KDT, WDT, DPL, false, PUSH, GEN>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt,
                                              TRACE_ATTN_O);
-    if (p.pf.at == 3) ao_ahead(p.pf);
+    if (p.a.pf.at == 3) l2_ask_ahead(p.a.pf);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three

@@ -714,6 +714,33 @@ __device__ __forceinline__ float rope_dim_rotate(const rope_args &a, bool isk, c
     return v;
 }
 
+/* The first gate and up rows of each block of the decode MLP kernel that the kernel before it asks
+ * L2 for (l2_ask_ahead), so that they come while the chain before the MLP leaves the memory partly
+ * idle: block b's rows [b · units, b · units + ahead) of both (row_bytes each, rows in all). at:
+ * where the attention + o kernel asks, 0 never, 1 at its blocks' start (default), 2 once their K/V
+ * rows are in, 3 at their end; the long-context decode attention kernel (attention.cu), which the
+ * o matvec follows, asks at its blocks' start for any at > 0. Env THIN_CUDA_MLP_PF=AHEAD[,AT]
+ * (AHEAD 0: off; default MLP_PF_DEFAULT at 1). */
+struct l2_ahead {
+    const uint8_t *gate, *up;
+    uint64_t row_bytes;
+    uint32_t units, ahead, rows, at;
+};
+#define MLP_PF_DEFAULT 8
+extern int thin_cuda_mlp_pf[2];
+
+/* Thread 0 of block i of the grid asks L2 for the first rows of MLP blocks i, i + grid, ...
+ * (l2_ahead; the grid's blocks in x and y). */
+__device__ __forceinline__ void l2_ask_ahead(const l2_ahead &pf) {
+    if (threadIdx.x) return;
+    const uint32_t g = gridDim.x * gridDim.y;
+    for (uint32_t r = (blockIdx.y * gridDim.x + blockIdx.x) * pf.units; r < pf.rows; r += g * pf.units) {
+        const uint32_t n = min(pf.ahead, pf.rows - r);
+        l2_prefetch(pf.gate + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
+        l2_prefetch(pf.up + r * pf.row_bytes, (uint32_t)(n * pf.row_bytes));
+    }
+}
+
 /* Split-sequence attention for n rows, row i attending positions 0..*pos+i, or with a sliding
  * window its last `window` of them (attention.cu). */
 struct attn_args {
@@ -736,6 +763,7 @@ struct attn_args {
                             (op_window_start); 0: all positions before it */
     float softcap;       /* > 0: each scaled score s capped as softcap * tanh(s / softcap) (Gemma 2) */
     float scale;         /* the scores' scale; 0: 1/sqrt(head_dim) (attn_scale_arg) */
+    l2_ahead pf;         /* one decode row: the next MLP's first rows to ask L2 for, or pf.at 0 */
 };
 
 /* The scores' scale of a (attn_args.scale, else 1/sqrt(head_dim)). */
@@ -789,19 +817,6 @@ int attn_group_max(const attn_args *a);
  * columns, requested into shared memory before the dependency wait) and adds the products into
  * the residual (float atomics). The attention output row is written as well. */
 #define ATTN_O_CLUSTER 8u
-/* The first gate and up rows of each block of the MLP kernel after it that the attention + o
- * kernel asks L2 for (l2_prefetch), so that they come while the chain before the MLP leaves the
- * memory partly idle: block b's rows [b · units, b · units + ahead) of both (row_bytes each, rows
- * in all). at: where the kernel asks, 0 never, 1 at its blocks' start (default), 2 once their K/V
- * rows are in, 3 at their end. Env THIN_CUDA_MLP_PF=AHEAD[,AT] (AHEAD 0: off; default
- * MLP_PF_DEFAULT at 1). */
-struct l2_ahead {
-    const uint8_t *gate, *up;
-    uint64_t row_bytes;
-    uint32_t units, ahead, rows, at;
-};
-#define MLP_PF_DEFAULT 8
-extern int thin_cuda_mlp_pf[2];
 struct attn_o_args {
     attn_args a;         /* q, caches, out, head counts, position; chunk_max: positions per block */
     dmat o;              /* rows (the residual's width) × n_heads · head_dim, BF16 or FP8 */
@@ -816,7 +831,6 @@ struct attn_o_args {
                             v (r.k, r.v) of its heads, normalises and rotates them as
                             rope_store_kernel does, and the first query head of each group stores
                             k and v into the caches (attn_o_rope_supported) */
-    l2_ahead pf;         /* the next MLP's first rows to ask L2 for, or pf.at 0 */
 };
 cudaError_t launch_attn_o(const attn_o_args *a, cudaStream_t st);
 /* Decode positions below which the attention + o kernel runs (env THIN_CUDA_ATTN_O, default

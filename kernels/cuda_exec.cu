@@ -261,7 +261,8 @@ static int run_mlp(cuda_session *s, const step *st, const step *dn) {
 }
 
 /* The first rows of the MLP kernel's blocks after attention step st (before the next attention) for
- * the attention + o kernel to ask L2 for (l2_ahead), or pf->at 0: none, or no MLP kernel there. */
+ * the decode attention kernel (the attention + o kernel, or the cluster kernel of longer contexts)
+ * to ask L2 for (l2_ahead), or pf->at 0: none, or no MLP kernel there. */
 static void mlp_ahead_of(const cuda_session *s, const step *st, l2_ahead *pf) {
     memset(pf, 0, sizeof *pf);
     if (thin_cuda_mlp_pf[0] <= 0) return;
@@ -375,10 +376,11 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
         aa.o = s->w[s->op_w[ol->lin[0]]];
         aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
         if (ao_rope) aa.r = r;
-        mlp_ahead_of(s, st, &aa.pf);
+        mlp_ahead_of(s, st, &aa.a.pf);
         CK(s, launch_attn_o(&aa, s->st));
         return 0;
     }
+    if (n == 1 && t.cluster) mlp_ahead_of(s, st, &t.pf); /* the cluster kernel asks as it starts */
     CK(s, launch_attention(&t, n, s->st));
     return 0;
 }
