@@ -526,9 +526,15 @@ out:
 }
 
 /* Whether the pass tagged `tag` is left out: env THIN_CUDA_TEST_ONLY=TEXT runs only the passes
- * whose tag starts with TEXT ("" for the first, untagged, pass). */
+ * whose tag starts with TEXT ("" for the first, untagged, pass); THIN_CUDA_TEST_FROM=TEXT leaves
+ * out the passes before the first whose tag starts with TEXT (to finish a run cut short). */
 static int pass_skipped(const char *tag) {
-    const char *only = getenv("THIN_CUDA_TEST_ONLY");
+    static int reached;
+    const char *only = getenv("THIN_CUDA_TEST_ONLY"), *from = getenv("THIN_CUDA_TEST_FROM");
+    if (from && !reached) {
+        if (strncmp(tag, from, strlen(from)) != 0) return 1;
+        reached = 1;
+    }
     return only && (strncmp(tag, only, strlen(only)) != 0 || (!*only && *tag));
 }
 
@@ -960,9 +966,10 @@ int main(void) {
      * clusters) */
     static const char *const solo[] = {"0", "16"};
     run_each("THIN_CUDA_AO_SOLO", solo, 2, "attention + o, solo up to ", " positions: ");
-    /* The MLP's first rows asked of L2 by the attention + o kernel (THIN_CUDA_MLP_PF=AHEAD[,AT];
-     * by default 8 rows as its blocks start): none; every block's whole share (AHEAD clamped to
-     * its units, the last block's shorter) once the K/V rows are in; 3 rows at the blocks' end */
+    /* The MLP's first rows asked of L2 by the attention kernel before it (THIN_CUDA_MLP_PF=AHEAD[,AT];
+     * by default 8 rows as its blocks start; at position 520 the cluster attention kernel, as its
+     * blocks start for any AT): none; every block's whole share (AHEAD clamped to its units, the
+     * last block's shorter) once the K/V rows are in; 3 rows at the blocks' end */
     static const char *const ahead[] = {"0", "100000,2", "3,3"};
     run_each("THIN_CUDA_MLP_PF", ahead, 3, "MLP rows ahead ", ": ");
     /* q/k/v and the o-projection in blocks of 8 warps (by default 12, and q/k/v 8 after an MLP
