@@ -460,11 +460,11 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     }
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
-    if (p.a.pf.at == 2) l2_ask_ahead(p.a.pf);
+    if (a.pf.at == 2) l2_ask_ahead(a.pf);
     const ao_sync sy = {nullptr, nullptr, nullptr, 0, 0};
     ao_tail<KDT, WDT, DPL, false, PUSH, GEN>(p, L, smb, mlw, s.cnt, s.chunk, s.len, s.r0, s.nr, sc4, sy, kt,
                                              TRACE_ATTN_O);
-    if (p.a.pf.at == 3) l2_ask_ahead(p.a.pf);
+    if (a.pf.at == 3) l2_ask_ahead(a.pf);
 }
 
 /* The attention block kernel: q, k and v of the token (the RMSNorm of the residual, the three
