@@ -41,9 +41,8 @@ for f in f32 bf16 quality; do
     "$BIN/thin-compare" --summary --min-cosine $min "$T/$f-cpu.f32" "$T/$f-gpu.f32" --vocab 512
 done
 
-san=$(command -v compute-sanitizer || true)
-[ -n "$san" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || san=/usr/local/cuda/bin/compute-sanitizer
-if [ -z "$san" ]; then
+san=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+if [ ! -x "$san" ]; then
     echo "compute-sanitizer not found: memcheck left out"
     exit 0
 fi
