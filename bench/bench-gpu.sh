@@ -4,9 +4,9 @@
 #   bench/bench-gpu.sh [OUTDIR]          (OUTDIR: $OUT when set, else ./bench-gpu-out)
 #
 # Steps: device and copy bandwidth; the GPU parity tests (tests/cuda), also without the fused
-# decode kernels (THIN_CUDA_FUSE=0); stories260K greedy ids on GPU vs CPU and compute-sanitizer
-# memcheck, also in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1, its ids against
-# the per-op kernels'); the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
+# decode kernels (THIN_CUDA_FUSE=0), stories260K among them (tests/cuda/run_stories.sh); stories260K
+# in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1, its ids against the per-op
+# kernels', and compute-sanitizer memcheck); the random SmolLM3-3B (bench/make-smollm3.py), packed BF16 and quantized with
 # --profile quality (FP8); logits of GPU vs CPU over a few positions; decode speed (128 tokens
 # after 16) with and without programmatic dependent launch, prefill of 512 tokens, time to first
 # token with the load; each speed also as a share of the bandwidth limit (weight_bytes / copy
@@ -79,27 +79,10 @@ stories_ids() {
     SAME="$same/$total"
 }
 
-say "== stories260K: GPU vs CPU greedy ids"
+# stories260K on the GPU against llama2.c's golden texts and the CPU (ids, teacher-forced logits,
+# memcheck) is tests/cuda/run_stories.sh, one of the parity tests above.
+row "stories260K (tests/cuda/run_stories.sh)" "$(grep -q '^PASS  tests/cuda/run_stories.sh' "$LOG" && echo pass || echo FAIL)"
 "$BIN/thin-pack" -q fixtures/stories260k -o "$WORK/stories.thin" >>"$LOG" 2>&1
-stories_ids "$WORK/stories.thin" stories cpu
-row "stories260K greedy ids GPU = CPU (prompts)" "$SAME"
-echo "1 403 407 261 378 432 383 286 261 376 298 315 421" >"$WORK/sids.txt"
-"$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sc.f32" --device cpu 2>>"$LOG"
-"$BIN/thin-run" "$WORK/stories.thin" --score "$WORK/sids.txt" --out "$WORK/sg.f32" --device cuda 2>>"$LOG"
-CMP='
-import sys, numpy as np
-v = int(sys.argv[3]); a = np.fromfile(sys.argv[1], np.float32).reshape(-1, v); b = np.fromfile(sys.argv[2], np.float32).reshape(-1, v)
-ac = a - a.mean(1, keepdims=True); bc = b - b.mean(1, keepdims=True)
-cos = (ac * bc).sum(1) / np.sqrt((ac * ac).sum(1) * (bc * bc).sum(1))
-print(f"{cos.min():.6f} maxabs {np.abs(a - b).max():.3g} argmax {int((a.argmax(1) == b.argmax(1)).sum())}/{len(a)}")'
-row "stories260K --score GPU vs CPU: min cos" "$(python3 -c "$CMP" "$WORK/sg.f32" "$WORK/sc.f32" 512 2>&1)"
-if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" "$WORK/stories.thin" \
-        --ids "1 403 407 261 378" -n 40 -t 0 --device cuda >"$OUTDIR/sanitizer.log" 2>&1
-    rc=$?
-    tail -3 "$OUTDIR/sanitizer.log" | tee -a "$LOG"
-    row "compute-sanitizer memcheck (stories260K)" "$([ $rc = 0 ] && echo clean || echo "rc $rc")"
-fi
 # In BF16 the GPU's summation order parts the greedy ids from the CPU's at a near tie (prompt 1,
 # token 181, top-2 gap 7e-4, for the per-op kernels and this one alike), so the persistent kernel is
 # held to the per-op kernels' ids.
@@ -119,6 +102,13 @@ fi
 [ "$STAGE" = quick ] && { say "== table"; cat "$TABLE"; exit 0; }
 [ "${SMOLLM3:-1}" = 0 ] && { say "== table"; cat "$TABLE"; exit 0; }
 
+# CMP F_GPU F_CPU VOCAB: min centered cosine, max |diff| and argmax agreement of two logit files
+CMP='
+import sys, numpy as np
+v = int(sys.argv[3]); a = np.fromfile(sys.argv[1], np.float32).reshape(-1, v); b = np.fromfile(sys.argv[2], np.float32).reshape(-1, v)
+ac = a - a.mean(1, keepdims=True); bc = b - b.mean(1, keepdims=True)
+cos = (ac * bc).sum(1) / np.sqrt((ac * ac).sum(1) * (bc * bc).sum(1))
+print(f"{cos.min():.6f} maxabs {np.abs(a - b).max():.3g} argmax {int((a.argmax(1) == b.argmax(1)).sum())}/{len(a)}")'
 say "== SmolLM3-3B (random)"
 T0=$(now)
 TFARG=; [ "${TF:-0}" = 1 ] && TFARG="--transformers-decode 128"
