@@ -61,15 +61,16 @@ else
 fi
 grep -E "^(ok|FAIL)" "$LOG" | tail -40
 
-# stories_ids MODEL LABEL: greedy ids of three prompts on the GPU (the environment as given)
-# against the per-op GPU kernels' (THIN_CUDA_STREAM unset); SAME = "equal/prompts".
+# stories_ids MODEL LABEL: greedy ids of three prompts through the persistent decode kernel
+# (THIN_CUDA_STREAM=1) against the per-op GPU kernels' (THIN_CUDA_STREAM unset); SAME = "equal/prompts".
 stories_ids() {
     same=0 total=0
     for p in "1 403 407 261 378" "1 317 269 274 287" "1"; do
         total=$((total + 1))
         env -u THIN_CUDA_STREAM "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cuda \
             >"$WORK/c.json" 2>>"$LOG"
-        "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cuda >"$WORK/g.json" 2>>"$LOG"
+        THIN_CUDA_STREAM=1 "$BIN/thin-run" "$1" --ids "$p" -n 195 -t 0 --json --device cuda \
+            >"$WORK/g.json" 2>>"$LOG"
         if python3 -c "import json,sys;a,b=(json.load(open(f))['ids'] for f in sys.argv[1:]);sys.exit(a!=b or not a)" "$WORK/c.json" "$WORK/g.json" 2>>"$LOG"; then
             same=$((same + 1))
         else
@@ -88,9 +89,7 @@ row "stories260K (tests/cuda/run_stories.sh)" "$(grep -q '^PASS  tests/cuda/run_
 # held to the per-op kernels' ids.
 say "== stories260K in BF16 through the persistent decode kernel (THIN_CUDA_STREAM=1)"
 "$BIN/thin-quant" -q --profile bf16 "$WORK/stories.thin" -o "$WORK/stories-bf16.thin" >>"$LOG" 2>&1
-export THIN_CUDA_STREAM=1
 stories_ids "$WORK/stories-bf16.thin" "stories BF16, persistent kernel"
-unset THIN_CUDA_STREAM
 row "stories260K BF16 persistent kernel ids = per-op kernels" "$SAME"
 if command -v compute-sanitizer >/dev/null; then
     THIN_CUDA_STREAM=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/thin-run" \
