@@ -1,11 +1,15 @@
 #!/bin/sh
-# Runs the GPU parity tests in $B/tests/cuda (each prints its own checks and exits 0 on success)
-# and the GPU CLI scripts tests/cuda/*.sh.
+# Runs the GPU tests in $B/tests/cuda, one per tests/cuda/test_*.c (each prints its own checks and
+# exits 0 on success), and the GPU CLI scripts tests/cuda/*.sh.
 B=${B:-build}
 pass=0; fail=0
-for t in "$B"/tests/cuda/test_*; do
-    [ -x "$t" ] || continue
-    case "$t" in *.d|*.o) continue;; esac
+# One binary per tests/cuda/test_*.c; a missing one is a failure, not a skip.
+for c in tests/cuda/test_*.c; do
+    [ -f "$c" ] || continue
+    t="$B/tests/cuda/$(basename "$c" .c)"
+    if [ ! -x "$t" ]; then
+        fail=$((fail + 1)); echo "FAIL  $t: not built (make check-cuda builds it)"; continue
+    fi
     if "$t"; then pass=$((pass + 1)); echo "PASS  $t"; else fail=$((fail + 1)); echo "FAIL  $t"; fi
 done
 # and the GPU CLI scripts, with BIN, FIX and T as tests/run-tests.sh gives them
