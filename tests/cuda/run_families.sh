@@ -8,13 +8,15 @@
 # Phi-3's fused qkv_proj and gate_up_proj (row ranges of one weight), Phi-3 with LongRoPE (its
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
-# Phi-4-mini with heads of 32 dims as well, whose decode runs the attention + o kernel. Each one's
+# Phi-4-mini with heads of 32 dims as well, whose decode runs the attention + o kernel; Mistral 3's
+# multimodal checkpoint (its text model). Each one's
 # teacher-forced logits match the fixture's float64 reference (F32 weights and KV cache), and its
 # greedy ids equal the CPU's.
 set -e
-# family FIXTURE [CTX LOGITS]...: the checks above, the logits at each context (0: the model's).
+# family FIXTURE [CTX LOGITS]...: the checks above, the logits at each context (0: the model's);
+# FIXTURE is a folder of fixtures/ or an absolute path.
 family() {
-    Q="$FIX/$1"
+    case "$1" in /*) Q=$1 ;; *) Q="$FIX/$1" ;; esac
     shift
     "$BIN/thin-pack" -q "$Q" -o "$T/m.thin"
     echo "$(basename "$Q"):"
@@ -74,4 +76,14 @@ steps granite-tiny scale softcap
 # logits, greedy ids GPU = CPU
 for m in qwen3-moe mixtral qwen2-moe olmoe granitemoe glm4-moe; do family $m-tiny 0 logits.f32; done
 steps glm4-moe-tiny moe silu_mul
+# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form), as tests/cli/run_qwen.sh makes it:
+# the Llama of make.py --no-bias under language_model.model., a vision tower beside it; its text
+# model's logits are the Llama's
+python3 -B "$FIX/qwen2-tiny/make.py" "$T/llama" --no-bias > /dev/null
+mkdir -p "$T/mistral3"
+python3 "$(dirname "$0")/../cli/multimodal.py" "$T/llama" "$T/mistral3" language_model.model. \
+    Mistral3ForConditionalGeneration mistral multi_modal_projector.linear_1.weight "" \
+    '{"model_type": "mistral3", "vision_config": {"model_type": "pixtral"}}'
+cp "$T/llama/ids.txt" "$T/llama/logits.f32" "$T/mistral3/"
+family "$T/mistral3" 0 logits.f32
 echo ok
