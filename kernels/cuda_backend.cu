@@ -24,7 +24,7 @@ int thin_cuda_mv_pipe = 0, thin_cuda_mv_pipe_bps = 0;
 int thin_cuda_mv_x4 = 4096;
 int thin_cuda_mv_single = 3;
 int thin_cuda_mv_dual = 1, thin_cuda_mv_warps = 0, thin_cuda_mv_slim = 0;
-int thin_cuda_mv_smem = -1, thin_cuda_mv_smem_ns = 0, thin_cuda_mv_early = 0;
+int thin_cuda_mv_smem = -1, thin_cuda_mv_smem_ns = 0;
 unsigned long long thin_cuda_launches = 0;
 
 int cuda_fail(cuda_session *s, const char *file, int line, const char *what, cudaError_t e) {
@@ -355,9 +355,6 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     if (mvm && *mvm) sscanf(mvm, "%d,%d", &thin_cuda_mv_smem, &thin_cuda_mv_smem_ns);
     if (thin_cuda_mv_smem < 0) thin_cuda_mv_smem = -1;
     if (thin_cuda_mv_smem_ns < 0) thin_cuda_mv_smem_ns = 0;
-    const char *mve = getenv("THIN_CUDA_MV_EARLY"); /* E: q/k/v's first E vectors before the wait, see matvec.cu */
-    thin_cuda_mv_early = mve && *mve ? atoi(mve) : 0;
-    if (thin_cuda_mv_early < 0) thin_cuda_mv_early = 0;
     const char *mw = getenv("THIN_CUDA_MLP_WARPS"); /* 8 or 16: MLP blocks of that many warps; 24: the default */
     thin_cuda_mlp_warps = mw && *mw ? atoi(mw) : 0;
     const char *ms = getenv("THIN_CUDA_MLP_SLIM"); /* 24, 16 or 0: slim MLP blocks, see mlp.cu */

@@ -296,11 +296,6 @@ extern int thin_cuda_mv_slim;
  * block starts (NS ns after it), one block per SM; see matvec_smem_kernel. 0: never; unset (-1):
  * after an MLP kernel with FP8 gate/up (cuda_exec.cu's qkv_smem). */
 extern int thin_cuda_mv_smem, thin_cuda_mv_smem_ns;
-/* THIN_CUDA_MV_EARLY=E: q/k/v in the per-op kernel (matvec_early_kernel) asks for only the first E vectors
- * a lane and row of its first unit before its dependency wait and the rest after x is staged, so
- * that x and the norm weights do not queue behind a whole batch of rows; 0 (unset): the whole
- * batch before the wait. */
-extern int thin_cuda_mv_early;
 
 static inline void set_carveout(const void *k) {
     static const void *seen[64];
@@ -503,9 +498,6 @@ struct mv_args {
     int warps;           /* rope and dual: warps per block, 8 or 12 (0: 12) */
     int smem;            /* rope: rows copied into shared memory (matvec_smem_kernel) where they
                           * fit; set by the caller (THIN_CUDA_MV_SMEM, see cuda_exec.cu) */
-    int early;           /* rope, per-op kernel: vectors a lane and row of the first unit requested
-                          * before the dependency wait, the rest once x is staged (0: all of the
-                          * first batch before the wait); set by the caller (THIN_CUDA_MV_EARLY) */
     /* per segment: w.rows elements of bias_dtype added to the products before the rope (Qwen2's
      * q, k, v biases), or NULL; kept last and run by kernels of their own (launch_matvec), so
      * that the kernels of models without them compile as they would without this */

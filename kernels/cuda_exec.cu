@@ -107,7 +107,6 @@ void linear_args(const cuda_session *s, const step *st, uint32_t r, int fuse, mv
         rope_epilogue(s, st, a);
         a->warps = qkv_warps(s, st);
         a->smem = qkv_smem(s, st);
-        a->early = thin_cuda_mv_early;
     }
 }
 

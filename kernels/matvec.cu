@@ -17,7 +17,7 @@
  * the current unit's reduction, and the first unit's before waiting for the previous kernel
  * (weights do not depend on it; the position, read by the rope rotation, is set before the step's
  * first kernel). */
-template <int DT, int NR, int HB, int NW = MV_WARPS, bool BIAS = false, bool EARLY = false>
+template <int DT, int NR, int HB, int NW = MV_WARPS, bool BIAS = false>
 __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *red) {
     ktrace kt;
     kt.start();
@@ -33,13 +33,9 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     uint32_t rr = 0;
     float2 rot = make_float2(1.0f, 0.0f);
     mv_epi<NR> e;
-    /* EARLY (matvec_early_kernel): the first unit's vectors [0, a.early) before the wait,
-     * [a.early, HB) once x is staged */
-    const int early = EARLY && a.early > 0 && a.early < HB ? a.early : HB;
     if (r < total) {
         rows_of<NR>(a, r, rows, &seg, &rr);
-        if (EARLY) load_part<NR, HB>(w, rows, lane, nvec, 0, early);
-        else load_batch<NR, HB>(w, rows, lane, nvec);
+        load_batch<NR, HB>(w, rows, lane, nvec);
         if (lane == 0) {
             if (rope) rot = rope_rot(a, seg, rr);
             epi_weights<DT, NR>(a, seg, rr, e);
@@ -47,7 +43,6 @@ __device__ void matvec_body(const mv_args &a, uint32_t total, float *xs, float *
     }
     kt.mark(0); /* the prologue's end: weights requested, the rotation computed */
     wait_and_stage<DT>(xs, a, red, kt);
-    if (EARLY && r < total) load_part<NR, HB>(w, rows, lane, nvec, early, HB);
     if (r < total && lane == 0) epi_resid<NR>(a, rr, e);
     for (; r < total; r += stride) {
         float acc[NR];
@@ -165,18 +160,6 @@ __global__ void THIN_MAXNREG(NW * 32, 64) matvec_slim_kernel(const mv_args a, ui
     __shared__ float red[32];
     pdl_trigger();
     matvec_body<DT, 2, MV_UNROLL / 4, NW, BIAS>(a, total, xs, red);
-}
-
-/* THIN_CUDA_MV_EARLY=E (rope pairs, after the shared-memory and slim choices): the per-op kernel
- * of full batches, its first unit's first E vectors a lane and row requested before the wait and
- * the rest once x is staged, so that x and the norm weights do not queue behind the whole batch.
- * A kernel of its own, so that the others keep their registers. */
-template <int DT, int NW, bool BIAS>
-__global__ void __launch_bounds__(NW * 32, 16 / NW) matvec_early_kernel(const mv_args a, uint32_t total) {
-    extern __shared__ float xs[];
-    __shared__ float red[32];
-    pdl_trigger();
-    matvec_body<DT, 2, MV_UNROLL, NW, BIAS, true>(a, total, xs, red);
 }
 
 /* q/k/v from shared memory (launched for the rope pairs only: by default after an MLP kernel with
@@ -303,14 +286,12 @@ static cudaError_t launch_smem(const mv_args *a, int n_sm, cudaStream_t st) {
                     (uint32_t)thin_cuda_mv_smem_ns);
 }
 
-template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false,
-          bool EARLY = false>
+template <int DT, int MINB, int MODE, int NW = MV_WARPS, bool BIAS = false, bool SLIM = false>
 static cudaError_t launch_v(const mv_args *a, int n_sm, cudaStream_t st) {
     const uint32_t total = mv_units(a);
     size_t smem = (size_t)a->seg[0].w.pitch * sizeof(float);
     void (*kern)(const mv_args, uint32_t);
     if constexpr (SLIM) kern = matvec_slim_kernel<DT, NW, BIAS>;
-    else if constexpr (EARLY) kern = matvec_early_kernel<DT, NW, BIAS>;
     else kern = matvec_kernel<DT, MINB, MODE, NW, BIAS>;
     cudaError_t e = smem_attr(kern, smem, 256); /* + its static memory */
     if (e != cudaSuccess) return e;
@@ -372,10 +353,6 @@ static cudaError_t launch_dt(const mv_args *a, int n_sm, cudaStream_t st) {
      * 671.4 against 661.0 in two calls), while BF16 stays at 12 (in blocks of 8: 514.4 against
      * 524.3). THIN_CUDA_MV_WARPS=8 or 12: that for all. */
     const int nw = thin_cuda_mv_warps == 8 || thin_cuda_mv_warps == 12 ? thin_cuda_mv_warps : a->warps;
-    if (a->early > 0 && a->rope) {
-        if (nw != MV_WARPS) return launch_v<DT, 1, 0, 12, BIAS, false, true>(a, n_sm, st);
-        return launch_v<DT, 1, 0, MV_WARPS, BIAS, false, true>(a, n_sm, st);
-    }
     if (nw != MV_WARPS && (a->rope || a->dual)) return launch_v<DT, 1, 0, 12, BIAS>(a, n_sm, st);
     return launch_v<DT, 1, 0, MV_WARPS, BIAS>(a, n_sm, st);
 }

@@ -335,19 +335,6 @@ __device__ __forceinline__ void load_batch(uint4 (&w)[NR][HB], const uint4 *cons
     }
 }
 
-/* load_batch's vectors k0 <= k < k1 only (the rest of w untouched) */
-template <int NR, int HB>
-__device__ __forceinline__ void load_part(uint4 (&w)[NR][HB], const uint4 *const *rows, uint32_t base,
-                                          uint32_t nvec, int k0, int k1) {
-#pragma unroll
-    for (int k = 0; k < HB; k++) {
-        uint32_t v = base + 32 * k;
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-            if (k >= k0 && k < k1 && v < nvec) w[r][k] = ld_stream(rows[r] + v);
-    }
-}
-
 template <int DT, int NR, int HB>
 __device__ __forceinline__ void use_batch(const uint4 (&w)[NR][HB], uint32_t base,
                                           uint32_t nvec, const float *xs, float *acc) {

@@ -945,13 +945,6 @@ int main(void) {
      * 2 us after the block's start, and never (FP8 MLP blocks of 24 warps at 80 registers) */
     static const char *const smem[] = {"1", "1,2000", "0"};
     run_each("THIN_CUDA_MV_SMEM", smem, 3, "q/k/v from shared memory (", "): ");
-    /* q/k/v in the per-op kernel (never from shared memory) with only part of its first unit's
-     * rows asked for before the wait, the rest once x is staged (matvec_early_kernel): 1, 4 and
-     * 7 vectors a lane and row of the batch of 8 */
-    static const char *const early[] = {"1", "4", "7"};
-    setenv("THIN_CUDA_MV_SMEM", "0", 1);
-    run_each("THIN_CUDA_MV_EARLY", early, 3, "q/k/v rows partly after the wait (", "): ");
-    unsetenv("THIN_CUDA_MV_SMEM");
     /* The MLP kernel's left-over units in halves (BF16 gate/up; by default, so the passes above
      * take them with the launcher's units, 11 a block on 132 SMs: 22 halves): with 30 units a
      * block (6 left over after a round of the 24 warps: 12 halves); in slim blocks of 16 warps
