@@ -9,9 +9,8 @@
 # short table at a context of 16 positions, its long one above; cos and sin scaled by the
 # attention factor) and Phi-4-mini's form of it (on the first half of each head); Qwen3 and
 # Phi-4-mini with heads of 32 dims as well, whose decode runs the attention + o kernel; Mistral 3's
-# multimodal checkpoint (its text model). Each one's
-# teacher-forced logits match the fixture's float64 reference (F32 weights and KV cache), and its
-# greedy ids equal the CPU's.
+# multimodal checkpoint (its text model). Each one's teacher-forced logits match the fixture's
+# float64 reference (F32 weights and KV cache), and its greedy ids equal the CPU's.
 set -e
 # family FIXTURE [CTX LOGITS]...: the checks above, the logits at each context (0: the model's);
 # FIXTURE is a folder of fixtures/ or an absolute path.
