@@ -61,23 +61,19 @@ if "$BIN/thin-run" "$T/o.thin" --device cpu --shards 2 --score "$O/ids.txt" --ou
     echo "OLMo 2 split over 2 devices" >&2; exit 1
 fi
 grep -q 'q_norm.weight, layer 0): its input is divided over the devices' "$T/err.txt"
-# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form): the Llama model of make.py
-# --no-bias under language_model.model., its config in text_config, a vision tower beside it;
-# its logits are the Llama's
-python3 -B "$FIX/qwen2-tiny/make.py" "$T/llama" --no-bias
-mkdir "$T/m3"
-python3 "$(dirname "$0")/multimodal.py" "$T/llama" "$T/m3" language_model.model. \
-    Mistral3ForConditionalGeneration mistral multi_modal_projector.linear_1.weight "" \
-    '{"model_type": "mistral3", "vision_config": {"model_type": "pixtral"}}'
+# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form, tests/make-mistral3.sh): the Llama
+# model of make.py --no-bias under language_model.model., its config in text_config, a vision
+# tower beside it; its logits are the Llama's
+sh "$(dirname "$0")/../make-mistral3.sh" "$FIX" "$T/m3"
 "$BIN/thin-pack" -q "$T/m3" -o "$T/m3.thin"
 "$BIN/thin-inspect" "$T/m3.thin" > "$T/m3.txt"
 grep -q '^model: Mistral3ForConditionalGeneration (mistral)' "$T/m3.txt"
 grep -q '^language_model.model.layers.1.post_attention_layernorm.weight  *ffn_norm  *1 ' "$T/m3.txt"
 grep -q '^language_model.lm_head.weight  *lm_head ' "$T/m3.txt"
 grep -q '^multi_modal_projector.linear_1.weight  *other ' "$T/m3.txt"
-"$BIN/thin-run" "$T/m3.thin" --device cpu --kv-dtype f32 --score "$T/llama/ids.txt" --out "$T/m3.f32"
+"$BIN/thin-run" "$T/m3.thin" --device cpu --kv-dtype f32 --score "$T/m3/ids.txt" --out "$T/m3.f32"
 echo "Mistral 3 (multimodal checkpoint's text model):"
-"$BIN/thin-compare" "$T/llama/logits.f32" "$T/m3.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
+"$BIN/thin-compare" "$T/m3/logits.f32" "$T/m3.f32" --vocab 96 --summary --max-abs 1e-4 --min-top1 1
 # YaRN's reach (factor 4 x 16) is the model's limit, past its max_position_embeddings of 32
 "$BIN/thin-run" "$T/q.thin" --device cpu --ctx 64 --kv-dtype f32 --score "$FIX/qwen3-yarn/ids.txt" --out "$T/y64.f32"
 cmp "$T/f32.f32" "$T/y64.f32"

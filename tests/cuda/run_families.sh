@@ -75,14 +75,8 @@ steps granite-tiny scale softcap
 # logits, greedy ids GPU = CPU
 for m in qwen3-moe mixtral qwen2-moe olmoe granitemoe glm4-moe; do family $m-tiny 0 logits.f32; done
 steps glm4-moe-tiny moe silu_mul
-# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form), as tests/cli/run_qwen.sh makes it:
-# the Llama of make.py --no-bias under language_model.model., a vision tower beside it; its text
-# model's logits are the Llama's
-python3 -B "$FIX/qwen2-tiny/make.py" "$T/llama" --no-bias > /dev/null
-mkdir -p "$T/mistral3"
-python3 "$(dirname "$0")/../cli/multimodal.py" "$T/llama" "$T/mistral3" language_model.model. \
-    Mistral3ForConditionalGeneration mistral multi_modal_projector.linear_1.weight "" \
-    '{"model_type": "mistral3", "vision_config": {"model_type": "pixtral"}}'
-cp "$T/llama/ids.txt" "$T/llama/logits.f32" "$T/mistral3/"
+# Mistral 3's multimodal checkpoint (Mistral Small 3.1's form, tests/make-mistral3.sh): its text
+# model's logits are those of the Llama inside it
+sh "$(dirname "$0")/../make-mistral3.sh" "$FIX" "$T/mistral3"
 family "$T/mistral3" 0 logits.f32
 echo ok
