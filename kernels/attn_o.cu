@@ -45,6 +45,11 @@
  * default; one bulk prefetch each), which then arrive while the attention's latency-bound steps
  * leave the memory partly idle, and the MLP's first loads hit L2. More rows ahead than that queue
  * in front of the attention's own reads (decode-notes.md, the twenty-ninth round).
+ * THIN_CUDA_AO_OLATE=1 (opt-in, attn_o_args.o_late; the plain instance): the o rows are asked for
+ * after the wait instead, once q and the newest K/V row are in, so that their bytes stream during
+ * the attention rather than beside the q/k/v step, whose own rows set its end (decode-notes.md,
+ * the thirty-first round). Built and checked on the development machine only (ptxas: the other
+ * instances' registers unchanged); not yet run on a GPU.
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
  *
@@ -64,6 +69,7 @@ int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
 int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
+int thin_cuda_ao_olate = 0; /* env THIN_CUDA_AO_OLATE: see attn_o_args.o_late */
 int thin_cuda_mlp_pf[2] = {MLP_PF_DEFAULT, 1}; /* env THIN_CUDA_MLP_PF: see l2_ahead */
 
 #define AO_WARPS 8u
@@ -426,7 +432,7 @@ __device__ __forceinline__ void ao_rope_newest(const attn_o_args &p, const ao_sp
  * step still runs. ROPE: the token's rope and KV store too (attn_o_args.r). */
 /* GEN: a sliding window, a soft cap or a scale other than 1/sqrt(head_dim) (ao_general); without
  * them the plain instance, whose score is one constant multiply. */
-template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN>
+template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN, bool OLATE = false>
 __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args p) {
     pdl_trigger();
     if constexpr (PUSH) cluster_arrive_relaxed(); /* this block has started (ao_tail waits for all) */
@@ -443,7 +449,8 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
     /* K/V rows before *pos (one commit group), then the o rows (another) */
     const ao_cache<KDT, HD> kv(a, kh);
     kv.stage(s, smb + L.k, smb + L.v);
-    const float4 sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
+    float4 sc4 = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if constexpr (!OLATE) sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
     if (a.pf.at == 1) l2_ask_ahead(a.pf);
     rope_dim rd = {1.0f, 0.0f, 1.0f};
     if constexpr (ROPE) /* thread t < HD: q's dim t; HD <= t < 2 HD: k's dim t - HD */
@@ -457,6 +464,13 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
         kv.newest(s, smb + L.k, smb + L.v);
         const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
         for (uint32_t i = threadIdx.x; i < HD / 4; i += AO_THREADS) ((float4 *)(smb + L.q))[i] = __ldcg(q4 + i);
+    }
+    /* OLATE (attn_o_args.o_late): the o rows now, once every thread's q and newest K/V loads are
+     * in (the barrier), so that they stream during the attention instead of beside the q/k/v
+     * step; still the newest commit group */
+    if constexpr (OLATE) {
+        __syncthreads();
+        sc4 = ao_request_o<WDT, HD>(p, s, h, smb + L.w);
     }
     gm_wait<1>(); /* the K/V rows; the o rows may still come */
     __syncthreads();
@@ -689,15 +703,18 @@ static bool ao_general(const attn_args &a) {
     return thin_cuda_ao_gen || a.window != 0 || a.softcap > 0.0f || a.scale > 0.0f;
 }
 
-template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN>
+template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE, bool GEN, bool OLATE = false>
 static cudaError_t launch_ao_g(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    auto k = attn_o_kernel<KDT, WDT, DPL, PUSH, ROPE, GEN>;
+    auto k = attn_o_kernel<KDT, WDT, DPL, PUSH, ROPE, GEN, OLATE>;
     cudaError_t e = smem_attr(k, smem, 2 * AO_WARPS * sizeof(float));
     if (e != cudaSuccess) return e;
     return launch_kc(k, dim3(ATTN_O_CLUSTER, a.a.n_heads), dim3(AO_THREADS), smem, st, dim3(ATTN_O_CLUSTER, 1, 1), a);
 }
 template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE>
 static cudaError_t launch_ao_k(const attn_o_args &a, size_t smem, cudaStream_t st) {
+    /* the o rows after the wait: the plain instance only (instances of their own, so that the
+     * others keep their registers) */
+    if (a.o_late && !ao_general(a.a)) return launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false, true>(a, smem, st);
     return ao_general(a.a) ? launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, true>(a, smem, st)
                            : launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false>(a, smem, st);
 }

@@ -378,6 +378,8 @@ static int session_init(cuda_session *s, uint32_t max_ctx) {
     thin_cuda_mlp_pf[0] = MLP_PF_DEFAULT, thin_cuda_mlp_pf[1] = 1;
     if (mpf && *mpf) sscanf(mpf, "%d,%d", &thin_cuda_mlp_pf[0], &thin_cuda_mlp_pf[1]);
     if (thin_cuda_mlp_pf[0] < 0 || thin_cuda_mlp_pf[1] < 1 || thin_cuda_mlp_pf[1] > 3) thin_cuda_mlp_pf[0] = 0;
+    const char *aol = getenv("THIN_CUDA_AO_OLATE"); /* 1: the o rows after the wait, see attn_o.cu */
+    thin_cuda_ao_olate = aol && strcmp(aol, "1") == 0;
     const char *aop = getenv("THIN_CUDA_AO_PUSH");
     thin_cuda_ao_push = !(aop && strcmp(aop, "0") == 0);
     const char *m1 = getenv("THIN_CUDA_MOE1");

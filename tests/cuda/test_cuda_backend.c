@@ -966,6 +966,17 @@ int main(void) {
      * clusters) */
     static const char *const solo[] = {"0", "16"};
     run_each("THIN_CUDA_AO_SOLO", solo, 2, "attention + o, solo up to ", " positions: ");
+    /* Its o rows asked for after the wait (THIN_CUDA_AO_OLATE=1, the plain instance; by default
+     * before it): solo, and as clusters (ATTN_O_CLUSTER blocks a head meeting) below 1024, which
+     * also takes position 520 */
+    setenv("THIN_CUDA_AO_OLATE", "1", 1);
+    run_all("attention + o, o rows after the wait: ");
+    setenv("THIN_CUDA_AO_SOLO", "0", 1);
+    setenv("THIN_CUDA_ATTN_O", "1024", 1);
+    run_all("attention + o, o rows after the wait, clusters below 1024: ");
+    unsetenv("THIN_CUDA_ATTN_O");
+    unsetenv("THIN_CUDA_AO_SOLO");
+    unsetenv("THIN_CUDA_AO_OLATE");
     /* The MLP's first rows asked of L2 by the attention kernel before it (THIN_CUDA_MLP_PF=AHEAD[,AT];
      * by default 8 rows as its blocks start; at position 520 the cluster attention kernel, as its
      * blocks start for any AT): none; every block's whole share (AHEAD clamped to its units, the
