@@ -45,11 +45,10 @@
  * default; one bulk prefetch each), which then arrive while the attention's latency-bound steps
  * leave the memory partly idle, and the MLP's first loads hit L2. More rows ahead than that queue
  * in front of the attention's own reads (decode-notes.md, the twenty-ninth round).
- * THIN_CUDA_AO_OLATE=1 (opt-in, attn_o_args.o_late; the plain instance): the o rows are asked for
- * after the wait instead, once q and the newest K/V row are in, so that their bytes stream during
- * the attention rather than beside the q/k/v step, whose own rows set its end (decode-notes.md,
- * the thirty-first round). Built and checked on the development machine only (ptxas: the other
- * instances' registers unchanged); not yet run on a GPU.
+ * THIN_CUDA_AO_OLATE=1 (opt-in; the plain instance, OLATE): the o rows are asked for after the
+ * wait instead, once q and the newest K/V row are in, so that their bytes stream during the
+ * attention rather than beside the q/k/v step, whose own rows set its end (decode-notes.md, the
+ * thirty-first and thirty-second rounds; not yet timed).
  * A split over devices keeps this shape: a device's heads are its columns of o, and its sums go
  * into a partial residual that the all-reduce adds up.
  *
@@ -69,7 +68,7 @@ int thin_cuda_ao_push = 1;
 int thin_cuda_ao_gen = 0; /* env THIN_CUDA_AO_GEN=1: the general instance for every attention (for measurements) */
 int thin_cuda_ao_rope = 1;
 int thin_cuda_ao_solo = ATTN_O_SOLO_DEFAULT; /* env THIN_CUDA_AO_SOLO: see attn_o_args.solo */
-int thin_cuda_ao_olate = 0; /* env THIN_CUDA_AO_OLATE: see attn_o_args.o_late */
+int thin_cuda_ao_olate = 0; /* env THIN_CUDA_AO_OLATE: see launch_ao_k */
 int thin_cuda_mlp_pf[2] = {MLP_PF_DEFAULT, 1}; /* env THIN_CUDA_MLP_PF: see l2_ahead */
 
 #define AO_WARPS 8u
@@ -465,7 +464,7 @@ __global__ void __launch_bounds__(AO_THREADS, 4) attn_o_kernel(const attn_o_args
         const float4 *q4 = (const float4 *)(a.q + (size_t)h * HD);
         for (uint32_t i = threadIdx.x; i < HD / 4; i += AO_THREADS) ((float4 *)(smb + L.q))[i] = __ldcg(q4 + i);
     }
-    /* OLATE (attn_o_args.o_late): the o rows now, once every thread's q and newest K/V loads are
+    /* OLATE (THIN_CUDA_AO_OLATE): the o rows now, once every thread's q and newest K/V loads are
      * in (the barrier), so that they stream during the attention instead of beside the q/k/v
      * step; still the newest commit group */
     if constexpr (OLATE) {
@@ -712,11 +711,11 @@ static cudaError_t launch_ao_g(const attn_o_args &a, size_t smem, cudaStream_t s
 }
 template <int KDT, int WDT, int DPL, bool PUSH, bool ROPE>
 static cudaError_t launch_ao_k(const attn_o_args &a, size_t smem, cudaStream_t st) {
-    /* the o rows after the wait: the plain instance only (instances of their own, so that the
-     * others keep their registers) */
-    if (a.o_late && !ao_general(a.a)) return launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false, true>(a, smem, st);
-    return ao_general(a.a) ? launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, true>(a, smem, st)
-                           : launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false>(a, smem, st);
+    if (ao_general(a.a)) return launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, true>(a, smem, st);
+    /* THIN_CUDA_AO_OLATE: the o rows after the wait, in the plain instance only (instances of
+     * their own, so that the others keep their registers) */
+    return thin_cuda_ao_olate ? launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false, true>(a, smem, st)
+                              : launch_ao_g<KDT, WDT, DPL, PUSH, ROPE, false>(a, smem, st);
 }
 template <int KDT, int WDT, int DPL>
 static cudaError_t launch_ao(const attn_o_args &a, size_t smem, cudaStream_t st) {

@@ -824,9 +824,6 @@ struct attn_o_args {
     uint32_t rows_per;   /* set by the launcher: o rows per block (a multiple of 4) */
     uint32_t solo;       /* a token whose positions number at most this (and a.chunk_max): every
                             block takes all of them, and the cluster's blocks do not meet */
-    int o_late;          /* the o rows requested after the wait, once q and the newest K/V row are
-                            in, instead of before it (THIN_CUDA_AO_OLATE=1; set by the caller;
-                            the plain instance only, see launch_ao_k) */
     rope_args r;         /* r.k NULL: q and the newest K/V row as the q/k/v step left them (rotated,
                             stored). Else the step's rope and KV store of the token, which the q/k/v
                             step's epilogue could not take (a head's norm needs the whole head:
@@ -845,7 +842,8 @@ extern int thin_cuda_attn_o;
  * cluster before one barrier; 0 (THIN_CUDA_AO_PUSH=0): each block reads the others' after it */
 extern int thin_cuda_ao_push;
 extern int thin_cuda_ao_gen; /* THIN_CUDA_AO_GEN=1: the attention + o kernel's general instance always */
-/* THIN_CUDA_AO_OLATE=1: the attention + o kernel asks for its o rows after its wait (attn_o_args.o_late) */
+/* THIN_CUDA_AO_OLATE=1: the attention + o kernel's plain instance asks for its o rows after its
+ * wait, once q and the newest K/V row are in, instead of before it (attn_o.cu's launch_ao_k) */
 extern int thin_cuda_ao_olate;
 /* THIN_CUDA_AO_SOLO=N (default ATTN_O_SOLO_DEFAULT): decode tokens with at most N positions run
  * the attention + o kernel with every block taking all of them (attn_o_args.solo; its shared

@@ -373,7 +373,6 @@ static int run_attention(cuda_session *s, const step *st, uint32_t n) {
         aa.a = t;
         aa.a.chunk_max = s->attn_o_chunk;
         aa.solo = s->attn_o_solo;
-        aa.o_late = thin_cuda_ao_olate;
         aa.o = s->w[s->op_w[ol->lin[0]]];
         aa.resid = row_of(s, p->ops[ol->add_op].out, 0);
         if (ao_rope) aa.r = r;
